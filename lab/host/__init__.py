@@ -1,0 +1,1 @@
+"""The host side: the network namespace, libvirtd inside it, KVM detection, subprocess running."""

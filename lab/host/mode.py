@@ -1,0 +1,23 @@
+"""How this host runs libvirt: under systemd, or by hand inside a network namespace of ours.
+
+Where systemd is PID 1 and manages libvirtd, slurmlab uses it as it is. Where there is no
+systemd (containers, CI sandboxes), slurmlab creates its own network namespace, starts virtlogd
+and libvirtd inside it, and runs every VM-facing command there (see docs/adr/0001).
+`SLURMLAB_HOST_MODE=netns|systemd` overrides the detection.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def detect() -> str:
+    forced = os.environ.get("SLURMLAB_HOST_MODE")
+    if forced in ("netns", "systemd"):
+        return forced
+    return "systemd" if Path("/run/systemd/system").is_dir() else "netns"
+
+
+def uses_netns() -> bool:
+    return detect() == "netns"
