@@ -1,0 +1,211 @@
+"""The real provider: Vagrant + vagrant-libvirt act, libvirt-python observes.
+
+`vagrant up NODE` / `vagrant destroy -f NODE` run in the cluster's folder (inside the lab's
+network namespace in netns mode); python-vagrant is kept behind this class. Reading state goes
+through libvirt directly (0.3 s for all domains, against ~2 s per `vagrant status`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+from pathlib import Path
+
+from lab import paths, secrets
+from lab.host import kvm, libvirtd, mode
+from lab.providers import network
+from lab.providers.base import ClusterNet, LaunchError, MachineSpec, Observed
+from lab.providers.vagrantfile import render
+from lab.workspace import ClusterDir, atomic_write
+
+log = logging.getLogger(__name__)
+
+STATE_NAMES = {0: "nostate", 1: "running", 2: "blocked", 3: "paused", 4: "shutdown", 5: "shutoff", 6: "crashed", 7: "pmsuspended"}
+
+
+def vagrant_exe() -> str:
+    """`vagrant`, or in netns mode a wrapper that runs it inside the lab's namespace."""
+    real = shutil.which("vagrant") or "/usr/bin/vagrant"
+    if not mode.uses_netns():
+        return real
+    w = paths.home() / "bin" / "vagrant"
+    body = f'#!/bin/sh\nexec ip netns exec {paths.netns()} {real} "$@"\n'
+    if not w.exists() or w.read_text() != body:
+        atomic_write(w, body, 0o755)
+    return str(w)
+
+
+def ssh_exe() -> str:
+    """`ssh`, or a wrapper that runs it inside the lab's namespace (ansible's ssh_executable)."""
+    real = shutil.which("ssh") or "/usr/bin/ssh"
+    if not mode.uses_netns():
+        return real
+    w = paths.home() / "bin" / "ssh"
+    body = f'#!/bin/sh\nexec ip netns exec {paths.netns()} {real} "$@"\n'
+    if not w.exists() or w.read_text() != body:
+        atomic_write(w, body, 0o755)
+    return str(w)
+
+
+def _vagrant_env() -> dict[str, str]:
+    return {
+        **os.environ,
+        "VAGRANT_DEFAULT_PROVIDER": "libvirt",
+        "VAGRANT_CHECKPOINT_DISABLE": "1",
+        "VAGRANT_NO_COLOR": "1",
+    }
+
+
+class VagrantProvider:
+    name = "vagrant"
+
+    def __init__(self, box: str | None = None):
+        from lab import box as boxmod
+
+        self.box = box or boxmod.DEFAULT_BOX
+        self._machines: dict[str, dict[str, MachineSpec]] = {}
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ helpers
+    def _vagrant(self, cluster: str, args: list[str], logname: str, timeout: float = 1800) -> None:
+        import subprocess
+
+        cd = ClusterDir(cluster)
+        logf = cd.logs / f"{logname}.log"
+        cmd = [vagrant_exe(), *args]
+        with open(logf, "a") as f:
+            f.write(f"\n$ vagrant {' '.join(args)}\n")
+            f.flush()
+            proc = subprocess.run(cmd, cwd=cd.root, env=_vagrant_env(), stdout=f, stderr=subprocess.STDOUT,
+                                  timeout=timeout, stdin=subprocess.DEVNULL)
+        if proc.returncode != 0:
+            tail = "\n".join(logf.read_text().splitlines()[-12:])
+            raise LaunchError(f"vagrant {' '.join(args)} failed ({proc.returncode}):\n{tail}", log_path=logf)
+
+    def network(self, cluster: str, preferred_index: int = 0) -> ClusterNet:
+        return network.ensure(cluster, preferred_index)
+
+    # ------------------------------------------------------------------ interface
+    def preflight(self) -> list[str]:
+        from lab import doctor
+
+        res = doctor.run_probes([p for p in doctor.probes() if p.id in ("root", "tool:vagrant", "vagrant-libvirt", "libvirt", "box")])
+        return [f"{r.title}: {r.detail} (fix: {r.fix})" for r in doctor.blocking_failures(res)]
+
+    def prepare(self, cluster: str, machines: list[MachineSpec], preferred_index: int = 0) -> ClusterNet:
+        """Write the cluster's folder: keys and the Vagrantfile listing `machines`. Idempotent."""
+        cd = ClusterDir(cluster)
+        cd.create()
+        pub = secrets.ensure_ssh_key(cd.ssh_key, f"slurmlab-{cluster}")
+        secrets.ensure_munge_key(cd.munge_key)
+        libvirtd.up()
+        net = self.network(cluster, preferred_index)
+        k = kvm.detect()
+        with self._lock:
+            self._machines[cluster] = {m.name: m for m in machines}
+            text = render(
+                cluster=cluster, box=self.box, machines=list(self._machines[cluster].values()), net=net,
+                private_key=str(cd.ssh_key), public_key=pub, driver=k.driver,
+                emulator_path=None if k.usable else str(libvirtd.ensure_wrapper()), pool=libvirtd.POOL,
+            )
+            if not cd.vagrantfile.exists() or cd.vagrantfile.read_text() != text:
+                atomic_write(cd.vagrantfile, text)
+        return net
+
+    def ensure(self, cluster: str, machine: MachineSpec) -> Observed:
+        """Start the VM (create it if missing) and wait until it answers SSH."""
+        network.add_host(cluster, machine.mac, machine.name, machine.address)
+        self._vagrant(cluster, ["up", machine.name, "--provider", "libvirt", "--no-provision"], machine.name)
+        obs = self.observe(cluster).get(machine.name)
+        if not obs or obs.state != "running":
+            raise LaunchError(f"{machine.name}: vagrant up returned but the domain is {obs.state if obs else 'missing'}")
+        obs.address = machine.address
+        return obs
+
+    def observe(self, cluster: str) -> dict[str, Observed]:
+        conn = libvirtd.connect()
+        try:
+            found = {}
+            for dom in conn.listAllDomains():
+                if _cluster_of(dom) == cluster:
+                    state = STATE_NAMES.get(dom.state()[0], "other")
+                    found[dom.name()] = Observed(dom.name(), state)
+            return found
+        finally:
+            conn.close()
+
+    def remove(self, cluster: str, names: list[str]) -> None:
+        for name in names:
+            try:
+                self._vagrant(cluster, ["destroy", "-f", name], name, timeout=600)
+            except LaunchError as e:
+                log.warning("vagrant destroy %s failed, removing through libvirt: %s", name, e)
+            _purge_domain(name)
+
+    def delete_cluster(self, cluster: str) -> list[str]:
+        """Remove every domain, volume and network of the cluster, then its folder."""
+        removed = []
+        names = sorted(self.observe(cluster))
+        cd = ClusterDir(cluster)
+        if names and cd.vagrantfile.exists():
+            for n in names:
+                try:
+                    self._vagrant(cluster, ["destroy", "-f", n], n, timeout=600)
+                except LaunchError as e:
+                    log.warning("vagrant destroy %s failed: %s", n, e)
+        for n in names:
+            _purge_domain(n)
+            removed.append(f"domain {n}")
+        if network.remove(cluster):
+            removed.append(f"network {network.net_name(cluster)}")
+        cd.remove()
+        self._machines.pop(cluster, None)
+        return removed
+
+    def collect_logs(self, cluster: str, dest: Path) -> list[Path]:
+        src = ClusterDir(cluster).logs
+        dest.mkdir(parents=True, exist_ok=True)
+        out = []
+        for f in sorted(src.glob("*.log")) if src.exists() else []:
+            shutil.copy2(f, dest / f.name)
+            out.append(dest / f.name)
+        return out
+
+
+def _cluster_of(dom) -> str | None:
+    """The cluster a domain belongs to, from the description slurmlab's Vagrantfile sets."""
+    import xml.etree.ElementTree as ET
+
+    try:
+        desc = ET.fromstring(dom.XMLDesc(0)).findtext("description") or ""
+    except Exception:  # noqa: BLE001 - a domain vanishing mid-listing
+        return None
+    prefix = "slurmlab cluster="
+    return desc[len(prefix):].strip() if desc.startswith(prefix) else None
+
+
+def _purge_domain(name: str) -> None:
+    """Make sure neither the domain nor its volumes remain (after vagrant destroy, or instead of it)."""
+    import libvirt
+
+    conn = libvirtd.connect()
+    try:
+        try:
+            dom = conn.lookupByName(name)
+            if dom.isActive():
+                dom.destroy()
+            dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_NVRAM | libvirt.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE)
+        except libvirt.libvirtError:
+            pass
+        try:
+            pool = conn.storagePoolLookupByName(libvirtd.POOL)
+            pool.refresh(0)
+            for vol in pool.listAllVolumes():
+                if vol.name() == f"{name}.img" or vol.name().startswith(f"{name}-"):
+                    vol.delete(0)
+        except libvirt.libvirtError:
+            pass
+    finally:
+        conn.close()

@@ -1,0 +1,62 @@
+"""Files of one cluster under $SLURMLAB_HOME/clusters/<name>/ (Vagrantfile, keys, inventory, logs)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from lab import paths
+
+
+@dataclass(frozen=True)
+class ClusterDir:
+    name: str
+
+    @property
+    def root(self) -> Path:
+        return paths.home() / "clusters" / self.name
+
+    @property
+    def vagrantfile(self) -> Path:
+        return self.root / "Vagrantfile"
+
+    @property
+    def ssh_key(self) -> Path:
+        return self.root / "secrets" / "id_ed25519"
+
+    @property
+    def munge_key(self) -> Path:
+        return self.root / "secrets" / "munge.key"
+
+    @property
+    def inventory(self) -> Path:
+        return self.root / "inventory.yml"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    def create(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.root, 0o700)
+        self.logs.mkdir(exist_ok=True)
+        (self.root / "secrets").mkdir(exist_ok=True, mode=0o700)
+
+    def remove(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def atomic_write(path: Path, text: str, mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

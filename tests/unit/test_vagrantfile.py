@@ -1,0 +1,68 @@
+import os
+import ipaddress
+from pathlib import Path
+
+import pytest
+
+from lab.providers import network
+from lab.providers.base import ClusterNet, MachineSpec, mac_for
+from lab.providers.vagrantfile import render
+
+GOLDEN = Path(__file__).parent / "data" / "Vagrantfile.golden"
+
+
+def _render(**over):
+    net = ClusterNet("slurmlab-demo", "slbr7", "10.213.7.0/24", "10.213.7.1")
+    machines = [
+        MachineSpec("demo-compute-1", "compute", 1, 768, mac_for("demo", "demo-compute-1"), "10.213.7.12"),
+        MachineSpec("demo-controller-1", "controller", 1, 768, mac_for("demo", "demo-controller-1"), "10.213.7.10"),
+    ]
+    kw = dict(cluster="demo", box="slurmlab/trixie-slurm", machines=machines, net=net,
+              private_key="/lab/clusters/demo/secrets/id_ed25519", public_key="ssh-ed25519 AAAAC3Nz slurmlab-demo",
+              driver="qemu", emulator_path="/var/lib/libvirt/slurmlab/qemu-system-x86_64-tcg", pool="slurmlab")
+    kw.update(over)
+    return render(**kw)
+
+
+def test_vagrantfile_matches_golden():
+    text = _render()
+    if os.environ.get("SLURMLAB_UPDATE_GOLDEN"):
+        GOLDEN.write_text(text)
+    assert GOLDEN.exists(), "golden file missing: regenerate it with SLURMLAB_UPDATE_GOLDEN=1 and review the diff"
+    assert text == GOLDEN.read_text()
+
+
+def test_nodes_sorted_and_never_the_insecure_key():
+    text = _render()
+    assert text.index('"demo-compute-1"') < text.index('"demo-controller-1"')
+    assert "insert_key = false" in text
+    assert "insecure_private_key" not in text
+
+
+def test_kvm_driver_has_no_emulator_wrapper():
+    text = _render(driver="kvm", emulator_path=None)
+    assert 'lv.driver = "kvm"' in text and "emulator_path" not in text
+
+
+def test_public_key_with_comma_is_refused():
+    with pytest.raises(ValueError):
+        _render(public_key="ssh-ed25519 AAA,bad")
+
+
+def test_mac_is_stable_and_distinct():
+    assert mac_for("a", "a-x-1") == mac_for("a", "a-x-1")
+    assert mac_for("a", "a-x-1") != mac_for("a", "a-x-2")
+    assert mac_for("a", "a-x-1").startswith("52:54:00:")
+
+
+def test_pick_subnet_skips_used():
+    used = {"10.213.1.0/24", "10.213.2.0/24"}
+    assert network.pick_subnet(used, 0) == ipaddress.ip_network("10.213.3.0/24")
+    assert network.pick_subnet(set(), 5) == ipaddress.ip_network("10.213.6.0/24")
+
+
+def test_address_for_ordinals():
+    net = ClusterNet("n", "b", "10.213.9.0/24", "10.213.9.1")
+    assert network.address_for(net, 0) == "10.213.9.10"
+    with pytest.raises(ValueError):
+        network.address_for(net, 500)
