@@ -16,7 +16,7 @@ from pathlib import Path
 from lab import paths, secrets
 from lab.host import kvm, libvirtd, mode
 from lab.providers import network
-from lab.providers.base import ClusterNet, LaunchError, MachineSpec, Observed
+from lab.providers.base import ClusterNet, LaunchError, MachineSpec, Observed, mac_for
 from lab.providers.vagrantfile import render
 from lab.workspace import ClusterDir, atomic_write
 
@@ -94,7 +94,16 @@ class VagrantProvider:
         res = doctor.run_probes([p for p in doctor.probes() if p.id in ("root", "tool:vagrant", "vagrant-libvirt", "libvirt", "box")])
         return [f"{r.title}: {r.detail} (fix: {r.fix})" for r in doctor.blocking_failures(res)]
 
-    def prepare(self, cluster: str, machines: list[MachineSpec], preferred_index: int = 0) -> ClusterNet:
+    def allocate(self, cluster: str, name: str, used: set[str], preferred_index: int = 0) -> tuple[str, str]:
+        """A free static address on the cluster's network, and the node's stable MAC."""
+        net = network.ensure(cluster, preferred_index)
+        i = 0
+        while network.address_for(net, i) in used:
+            i += 1
+        return network.address_for(net, i), mac_for(cluster, name)
+
+    def prepare(self, cluster: str, machines: list[MachineSpec], preferred_index: int = 0,
+                box: str | None = None) -> ClusterNet:
         """Write the cluster's folder: keys and the Vagrantfile listing `machines`. Idempotent."""
         cd = ClusterDir(cluster)
         cd.create()
@@ -106,7 +115,7 @@ class VagrantProvider:
         with self._lock:
             self._machines[cluster] = {m.name: m for m in machines}
             text = render(
-                cluster=cluster, box=self.box, machines=list(self._machines[cluster].values()), net=net,
+                cluster=cluster, box=box or self.box, machines=list(self._machines[cluster].values()), net=net,
                 private_key=str(cd.ssh_key), public_key=pub, driver=k.driver,
                 emulator_path=None if k.usable else str(libvirtd.ensure_wrapper()), pool=libvirtd.POOL,
             )

@@ -1,0 +1,1 @@
+"""Configuration of the nodes: ansible-runner runs playbooks/ with roles/ over the cluster's inventory."""

@@ -1,0 +1,46 @@
+"""The configurer the engine calls: which playbook, for which nodes, in which order."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lab.configure.inventory import ClusterContext
+from lab.configure.runner import PlaybookResult, run_playbook
+from lab.store.db import ClusterRow, GroupRow, NodeRow
+from lab.workspace import ClusterDir
+
+
+class AnsibleConfigurer:
+    """controller.yml -> nodes.yml -> join.yml (batch) ; leave.yml ; lifecycle.yml after each node."""
+
+    def __init__(self, ssh_executable: str):
+        self.ssh_executable = ssh_executable
+
+    def context(self, cluster: ClusterRow, groups: list[GroupRow], nodes: list[NodeRow]) -> ClusterContext:
+        cd = ClusterDir(cluster.name)
+        lifecycle = {}
+        for g in cluster.spec.get("InstanceGroups", []):
+            lc = g.get("LifeCycleConfig") or {}
+            src = lc.get("SourceS3Uri") or ""
+            if src and not src.startswith("s3://"):
+                folder = src.removeprefix("file://")
+                lifecycle[g["InstanceGroupName"]] = (str(Path(folder)), lc.get("OnCreate") or "on_create.sh")
+        return ClusterContext(name=cluster.name, groups=groups, nodes=nodes, ssh_key=cd.ssh_key,
+                              munge_key=cd.munge_key, ssh_executable=self.ssh_executable, lifecycle=lifecycle)
+
+    def _run(self, ctx: ClusterContext, playbook: str, **kw) -> PlaybookResult:
+        return run_playbook(ctx, playbook, workdir=ClusterDir(ctx.name).root, **kw)
+
+    def configure(self, ctx: ClusterContext, node: str, node_type: str) -> list[PlaybookResult]:
+        out = [self._run(ctx, "controller.yml" if node_type == "Controller" else "nodes.yml", limit=[node])]
+        if ctx.lifecycle:
+            out.append(self._run(ctx, "lifecycle.yml", limit=[node]))
+        return out
+
+    def join(self, ctx: ClusterContext, batch: list[str]) -> PlaybookResult:
+        controller = next(n.name for n in ctx.nodes if any(g.name == n.grp and g.node_type == "Controller" for g in ctx.groups))
+        return self._run(ctx, "join.yml", limit=[controller, *batch], joining=batch)
+
+    def leave(self, ctx: ClusterContext, names: list[str]) -> PlaybookResult:
+        controller = next(n.name for n in ctx.nodes if any(g.name == n.grp and g.node_type == "Controller" for g in ctx.groups))
+        return self._run(ctx, "leave.yml", limit=[controller, *names], extravars={"slurmlab_leaving": names})

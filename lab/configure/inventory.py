@@ -1,0 +1,81 @@
+"""The cluster's Ansible inventory (pure: built from records; docs/roles.md has the contract)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from lab.store.db import GroupRow, NodeRow
+
+GROUP_OF_TYPE = {"Controller": "slurm_controller", "Login": "slurm_login", "Compute": "slurm_compute"}
+
+
+@dataclass
+class ClusterContext:
+    name: str
+    groups: list[GroupRow]
+    nodes: list[NodeRow]
+    ssh_key: Path
+    munge_key: Path
+    ssh_executable: str
+    lifecycle: dict[str, tuple[str, str]] | None = None  # group -> (local folder, OnCreate script)
+
+
+def slurm_nodes(ctx: ClusterContext, joining: list[str] = ()) -> list[dict]:
+    """Compute nodes slurm.conf must list: those already joined plus the batch joining now."""
+    types = {g.name: g for g in ctx.groups}
+    out = []
+    for n in sorted(ctx.nodes, key=lambda n: n.name):
+        g = types.get(n.grp)
+        if g and g.node_type == "Compute" and (n.phase == "running" or n.name in joining):
+            out.append({"name": n.name, "cpus": g.cpus, "real_memory": _real_memory(g.memory_mib),
+                        "partitions": list(g.partitions)})
+    return out
+
+
+def _real_memory(memory_mib: int) -> int:
+    """What Slurm may schedule: the VM's memory less what the kernel and daemons keep."""
+    return max(128, int(memory_mib * 0.75))
+
+
+def default_partition(ctx: ClusterContext) -> str:
+    for g in ctx.groups:
+        if g.node_type == "Compute" and g.partitions:
+            return g.partitions[0]
+    return "dev"
+
+
+def build(ctx: ClusterContext, joining: list[str] = ()) -> dict:
+    types = {g.name: g for g in ctx.groups}
+    controller = next((n.name for n in ctx.nodes if types[n.grp].node_type == "Controller"), None)
+    inv: dict = {"all": {"children": {v: {"hosts": {}} for v in GROUP_OF_TYPE.values()}, "vars": {}}}
+    for n in sorted(ctx.nodes, key=lambda n: n.name):
+        g = types[n.grp]
+        inv["all"]["children"][GROUP_OF_TYPE[g.node_type]]["hosts"][n.name] = {
+            "ansible_host": n.address,
+            "slurmlab_node_name": n.name,
+            "slurmlab_node_type": g.node_type,
+            "slurmlab_group": g.name,
+            "slurmlab_cpus": g.cpus,
+            "slurmlab_real_memory": _real_memory(g.memory_mib),
+            "slurmlab_partitions": list(g.partitions),
+        }
+        if ctx.lifecycle and g.name in ctx.lifecycle:
+            folder, script = ctx.lifecycle[g.name]
+            hv = inv["all"]["children"][GROUP_OF_TYPE[g.node_type]]["hosts"][n.name]
+            hv["slurmlab_lifecycle_dir"] = folder
+            hv["slurmlab_lifecycle_on_create"] = script
+    inv["all"]["vars"] = {
+        "ansible_user": "vagrant",
+        "ansible_become": True,
+        "ansible_ssh_private_key_file": str(ctx.ssh_key),
+        "ansible_ssh_executable": ctx.ssh_executable,
+        "ansible_python_interpreter": "/usr/bin/python3",
+        "slurmlab_cluster_name": ctx.name,
+        "slurmlab_munge_key_src": str(ctx.munge_key),
+        "slurmlab_controller_name": controller,
+        "slurmlab_etc_hosts": [{"name": n.name, "address": n.address} for n in sorted(ctx.nodes, key=lambda n: n.name)],
+        "slurmlab_slurm_nodes": slurm_nodes(ctx, joining),
+        "slurmlab_partitions_default": default_partition(ctx),
+    }
+    return inv

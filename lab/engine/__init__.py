@@ -1,0 +1,1 @@
+"""The engine: desired state (target counts) against observed state (libvirt, Slurm), reconciled."""

@@ -1,0 +1,141 @@
+"""The engine process: one per state directory (a file lock), detached from the CLI that starts it.
+
+The CLI writes desired state into the store and makes sure this process runs; Ctrl-C on the CLI
+never stops provisioning, and a killed engine resumes from the store plus what libvirt shows.
+It exits by itself when no cluster is left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from filelock import FileLock, Timeout
+
+from lab import paths
+from lab.store import Store
+
+log = logging.getLogger("lab.engine")
+
+
+def lock_path():
+    return paths.home() / "engine.lock"
+
+
+def pid_path():
+    return paths.home() / "engine.pid"
+
+
+def store() -> Store:
+    return Store(paths.home() / "state.db")
+
+
+def running_pid() -> int | None:
+    """PID of the engine holding the lock, or None."""
+    lock = FileLock(str(lock_path()))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        try:
+            return int(pid_path().read_text())
+        except (OSError, ValueError):
+            return -1
+    lock.release()
+    return None
+
+
+def ensure_running() -> int:
+    """Start the engine in the background unless one already runs; return its pid."""
+    paths.home().mkdir(parents=True, exist_ok=True)
+    pid = running_pid()
+    if pid:
+        return pid
+    logf = open(paths.home() / "engine.log", "a")
+    proc = subprocess.Popen([sys.executable, "-m", "lab.engine.daemon"], stdin=subprocess.DEVNULL, stdout=logf,
+                            stderr=subprocess.STDOUT, start_new_session=True, env=os.environ.copy())
+    for _ in range(100):
+        if running_pid():
+            break
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    return proc.pid
+
+
+def stop(timeout: float = 30) -> bool:
+    pid = running_pid()
+    if not pid or pid < 0:
+        return False
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and running_pid():
+        time.sleep(0.2)
+    return True
+
+
+def make_provider(name: str):
+    if name == "vagrant":
+        from lab.providers.vagrant import VagrantProvider
+
+        return VagrantProvider()
+    raise ValueError(f"unknown provider {name!r}")
+
+
+def make_configurer(name: str):
+    from lab.configure.ansible import AnsibleConfigurer
+    from lab.providers.vagrant import ssh_exe
+
+    return AnsibleConfigurer(ssh_exe())
+
+
+async def serve_forever(idle_exit: float = 5.0) -> None:
+    from lab.engine.engine import Engine
+
+    st = store()
+    engine = Engine(st, make_provider("vagrant"), make_configurer("vagrant"))
+    stop_ev = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop_ev.set)
+    idle_since = None
+    while not stop_ev.is_set():
+        await engine.step()
+        if not st.clusters() and not engine.tasks:
+            idle_since = idle_since or time.monotonic()
+            if time.monotonic() - idle_since > idle_exit:
+                log.info("no clusters left: engine exits")
+                break
+        else:
+            idle_since = None
+        try:
+            await asyncio.wait_for(stop_ev.wait(), timeout=engine.tick)
+        except asyncio.TimeoutError:
+            pass
+    await engine.drain()
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    paths.home().mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(lock_path()))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        log.info("another engine holds %s: exiting", lock_path())
+        return
+    pid_path().write_text(str(os.getpid()))
+    log.info("engine %d started, state %s", os.getpid(), paths.home())
+    try:
+        asyncio.run(serve_forever())
+    finally:
+        pid_path().unlink(missing_ok=True)
+        lock.release()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""Test doubles: a provider and a configurer that record calls and can be told to fail."""
+
+from __future__ import annotations
+
+import threading
+
+from lab.configure.inventory import ClusterContext
+from lab.providers.base import LaunchError, Observed
+
+
+class FakeProvider:
+    name = "fake"
+    id_prefix = "i-fake"
+
+    def __init__(self):
+        self.vms: dict[str, dict[str, str]] = {}
+        self.fail_launch: dict[str, int] = {}  # node -> how many more launches fail
+        self.launched: list[str] = []
+        self.removed: list[str] = []
+        self.lock = threading.Lock()
+
+    def allocate(self, cluster, name, used, preferred_index=0):
+        i = 10
+        while f"10.0.{preferred_index}.{i}" in used:
+            i += 1
+        return f"10.0.{preferred_index}.{i}", "52:54:00:00:00:01"
+
+    def prepare(self, cluster, machines, preferred_index=0, box=None):
+        self.vms.setdefault(cluster, {})
+
+    def ensure(self, cluster, machine):
+        with self.lock:
+            self.launched.append(machine.name)
+            if self.fail_launch.get(machine.name, 0) > 0:
+                self.fail_launch[machine.name] -= 1
+                raise LaunchError(f"{machine.name}: injected launch failure")
+            self.vms.setdefault(cluster, {})[machine.name] = "running"
+        return Observed(machine.name, "running", machine.address)
+
+    def observe(self, cluster):
+        return {n: Observed(n, s) for n, s in self.vms.get(cluster, {}).items()}
+
+    def remove(self, cluster, names):
+        for n in names:
+            self.vms.get(cluster, {}).pop(n, None)
+            self.removed.append(n)
+
+    def delete_cluster(self, cluster):
+        self.vms.pop(cluster, None)
+        return []
+
+
+class FakeConfigurer:
+    def __init__(self):
+        self.calls: list[tuple] = []
+        self.fail_configure: dict[str, int] = {}
+
+    def context(self, cluster, groups, nodes):
+        return ClusterContext(cluster.name, groups, nodes, ssh_key=None, munge_key=None, ssh_executable="ssh")
+
+    def configure(self, ctx, node, node_type):
+        self.calls.append(("configure", node, node_type))
+        if self.fail_configure.get(node, 0) > 0:
+            self.fail_configure[node] -= 1
+            raise RuntimeError(f"nodes.yml failed: {node}: task 'munge key' failed: no such file")
+
+    def join(self, ctx, batch):
+        self.calls.append(("join", tuple(batch)))
+
+    def leave(self, ctx, names):
+        self.calls.append(("leave", tuple(names)))

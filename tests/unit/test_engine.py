@@ -1,0 +1,154 @@
+import asyncio
+import time
+
+import pytest
+
+from lab.engine.engine import Engine, backoff
+from lab.store.db import ClusterRow, GroupRow, Store
+from tests.fakes import FakeConfigurer, FakeProvider
+
+
+class Clock:
+    def __init__(self):
+        self.t = 1000.0
+
+    def __call__(self):
+        return self.t
+
+
+def _cluster(st: Store, name="demo", computes=2, logins=1):
+    groups = [GroupRow(name, "controller", "ml.t3.medium", "Controller", 1, [], 1, 768, "Creating")]
+    if logins:
+        groups.append(GroupRow(name, "login", "ml.t3.medium", "Login", logins, [], 1, 768, "Creating"))
+    groups.append(GroupRow(name, "compute", "ml.c5.large", "Compute", computes, ["dev"], 1, 768, "Creating"))
+    st.add_cluster(ClusterRow(name, "arn:x", "Creating", None, {"InstanceGroups": []}, "fake", 1, time.time()), groups)
+
+
+@pytest.fixture
+def env(tmp_path):
+    st = Store(tmp_path / "state.db")
+    prov, conf, clock = FakeProvider(), FakeConfigurer(), Clock()
+    eng = Engine(st, prov, conf, clock=clock, tick=0, seed=1)
+    return st, prov, conf, clock, eng
+
+
+def run_steps(eng, n=30):
+    async def go():
+        for _ in range(n):
+            await eng.step()
+            await asyncio.sleep(0)
+            await asyncio.gather(*eng.tasks.values(), return_exceptions=True)
+    asyncio.run(go())
+
+
+def phases(st, name="demo"):
+    return {n.name: n.phase for n in st.nodes(name)}
+
+
+def test_controller_first_then_others(env):
+    st, prov, conf, clock, eng = env
+    _cluster(st)
+    run_steps(eng, 1)
+    # first pass: records for every node
+    assert set(phases(st)) == {"demo-controller-1", "demo-login-1", "demo-compute-1", "demo-compute-2"}
+    run_steps(eng, 2)
+    # the controller is up and being configured: nothing else has launched yet
+    assert prov.launched == ["demo-controller-1"]
+    run_steps(eng, 2)
+    assert sorted(prov.launched[1:]) == ["demo-compute-1", "demo-compute-2", "demo-login-1"]
+
+
+def test_reaches_inservice_and_full_size_with_one_join_batch(env):
+    st, prov, conf, clock, eng = env
+    _cluster(st)
+    run_steps(eng, 10)
+    assert set(phases(st).values()) == {"running"}
+    c = st.cluster("demo")
+    assert c.status == "InService" and c.in_service_at and c.full_size_at
+    joins = [c for c in conf.calls if c[0] == "join"]
+    assert joins == [("join", ("demo-compute-1", "demo-compute-2"))]
+    assert {g.status for g in st.groups("demo")} == {"InService"}
+
+
+def test_inservice_waits_for_a_login_node(env):
+    st, prov, conf, clock, eng = env
+    _cluster(st)
+    prov.fail_launch["demo-login-1"] = 1
+    run_steps(eng, 6)
+    assert st.cluster("demo").status == "Creating"
+    assert phases(st)["demo-login-1"] == "failed"
+    assert phases(st)["demo-compute-1"] == "running"  # compute nodes joined meanwhile
+    clock.t += 1000
+    run_steps(eng, 6)
+    assert st.cluster("demo").status == "InService"
+
+
+def test_failed_launch_is_retried_after_backoff_with_message(env):
+    st, prov, conf, clock, eng = env
+    _cluster(st, logins=0)
+    prov.fail_launch["demo-compute-2"] = 2
+    run_steps(eng, 6)
+    n = {n.name: n for n in st.nodes("demo")}["demo-compute-2"]
+    assert n.phase == "failed" and "injected launch failure" in n.message and n.attempts == 1
+    assert {g.name: g.status for g in st.groups("demo")}["compute"] == "Degraded"
+    launches = prov.launched.count("demo-compute-2")
+    run_steps(eng, 3)  # retry time not reached: no new launch
+    assert prov.launched.count("demo-compute-2") == launches
+    clock.t += 10_000
+    run_steps(eng, 3)
+    clock.t += 10_000
+    run_steps(eng, 6)
+    assert phases(st)["demo-compute-2"] == "running"
+    assert any("injected launch failure" in e.description for e in st.events("demo"))
+
+
+def test_failed_configure_names_the_task_and_retries_configure_not_launch(env):
+    st, prov, conf, clock, eng = env
+    _cluster(st, logins=0, computes=1)
+    conf.fail_configure["demo-compute-1"] = 1
+    run_steps(eng, 6)
+    n = st.nodes("demo")[0] if st.nodes("demo")[0].name == "demo-compute-1" else st.nodes("demo")[1]
+    assert n.phase == "failed" and "task 'munge key'" in n.message
+    clock.t += 10_000
+    run_steps(eng, 6)
+    assert phases(st)["demo-compute-1"] == "running"
+    assert prov.launched.count("demo-compute-1") == 1
+
+
+def test_lost_vm_is_replaced(env):
+    st, prov, conf, clock, eng = env
+    _cluster(st, logins=0, computes=1)
+    run_steps(eng, 8)
+    prov.vms["demo"].pop("demo-compute-1")
+    run_steps(eng, 8)
+    assert phases(st)["demo-compute-1"] == "running"
+    assert prov.launched.count("demo-compute-1") == 2
+    assert any("replacing" in e.description for e in st.events("demo"))
+
+
+def test_scale_in_drains_then_removes(env):
+    st, prov, conf, clock, eng = env
+    _cluster(st, logins=0, computes=2)
+    run_steps(eng, 8)
+    st.update_group("demo", "compute", target_count=1)
+    run_steps(eng, 5)
+    assert "demo-compute-2" not in phases(st)
+    assert ("leave", ("demo-compute-2",)) in conf.calls
+    assert prov.removed == ["demo-compute-2"]
+
+
+def test_delete_removes_cluster(env):
+    st, prov, conf, clock, eng = env
+    _cluster(st, logins=0, computes=1)
+    run_steps(eng, 5)
+    st.update_cluster("demo", status="Deleting")
+    run_steps(eng, 3)
+    assert st.cluster("demo") is None and "demo" not in prov.vms
+
+
+def test_backoff_grows_and_is_bounded():
+    import random
+
+    rng = random.Random(0)
+    ds = [backoff(a, rng) for a in range(1, 12)]
+    assert ds[0] <= 10 and ds[3] >= 40 and max(ds) <= 300
