@@ -1,0 +1,78 @@
+"""The cluster spec: HyperPod's CreateCluster request for a Slurm cluster, checked for a lab.
+
+    from lab.spec import load_spec
+    spec = load_spec("examples/cluster.yaml")
+    spec.controller_group.node_type          # "Controller"
+    spec.node_names("compute")               # ["demo-compute-1", "demo-compute-2"]
+    Catalog.load().size("ml.c5.large")        # VmSize(vcpus=1, memory_mib=768, source="default")
+
+See docs/spec.md.
+"""
+
+from .catalog import (
+    DEFAULTS,
+    RULE,
+    Catalog,
+    VmSize,
+    check_instance_type,
+    load_catalog,
+    rule_size,
+)
+from .load import (
+    apply_update,
+    load_spec,
+    loads_spec,
+    spec_from_request,
+    with_instance_count,
+)
+from .models import (
+    ClusterInstanceGroupSpecification,
+    ClusterInstanceRequirements,
+    ClusterLifeCycleConfig,
+    ClusterOrchestrator,
+    ClusterOrchestratorSlurmConfig,
+    ClusterSlurmConfig,
+    ClusterSpec,
+    LabConfig,
+)
+from .problems import Problem, SpecInvalid
+from .rules import (
+    DEFAULT_MAX_NODES_PER_GROUP,
+    DEFAULT_PARTITION,
+    MAX_NODES_ENV,
+    max_nodes_per_group,
+)
+from .shapes import INSTANCE_TYPES
+
+InstanceGroup = ClusterInstanceGroupSpecification  # short alias
+
+__all__ = [
+    "Catalog",
+    "ClusterInstanceGroupSpecification",
+    "ClusterInstanceRequirements",
+    "ClusterLifeCycleConfig",
+    "ClusterOrchestrator",
+    "ClusterOrchestratorSlurmConfig",
+    "ClusterSlurmConfig",
+    "ClusterSpec",
+    "DEFAULTS",
+    "DEFAULT_MAX_NODES_PER_GROUP",
+    "DEFAULT_PARTITION",
+    "INSTANCE_TYPES",
+    "InstanceGroup",
+    "LabConfig",
+    "MAX_NODES_ENV",
+    "Problem",
+    "RULE",
+    "SpecInvalid",
+    "VmSize",
+    "apply_update",
+    "check_instance_type",
+    "load_catalog",
+    "load_spec",
+    "loads_spec",
+    "max_nodes_per_group",
+    "rule_size",
+    "spec_from_request",
+    "with_instance_count",
+]

@@ -1,0 +1,174 @@
+"""Instance types -> VM sizes for the lab.
+
+The names are HyperPod's (the ClusterInstanceType enum of botocore's SageMaker model); the sizes are
+the lab's, small enough for a laptop running VMs under software emulation. A handful of common types
+have a fixed size (DEFAULTS); every other type of the enum is sized by a rule on its size suffix
+(`rule_size`). `$SLURMLAB_HOME/catalog.yaml` overrides both:
+
+    instance_types:
+      ml.c5.large: {vcpus: 1, memory_mib: 1024}
+      ml.g5.xlarge: {vcpus: 2, memory_mib: 2048}
+
+A name that is not a HyperPod instance type is always an error that lists close valid names.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from lab.errors import SpecError
+from lab.paths import home
+
+from . import yamlsrc
+from .problems import Problem, SpecInvalid
+from .shapes import INSTANCE_TYPES, instance_type_hint
+
+CATALOG_FILE = "catalog.yaml"
+VCPUS_RANGE = (1, 64)
+MEMORY_MIB_RANGE = (256, 1024 * 1024)
+
+
+@dataclass(frozen=True)
+class VmSize:
+    vcpus: int
+    memory_mib: int
+    source: str = "default"  # "default" (the table), "rule", or the catalog.yaml path
+
+
+def _d(vcpus: int, memory_mib: int) -> VmSize:
+    return VmSize(vcpus, memory_mib, "default")
+
+
+# The common types, sized by hand. Every VM here but the 2xlarge and bigger fits in 1 GiB.
+DEFAULTS: dict[str, VmSize] = {
+    "ml.t3.medium": _d(1, 768),
+    "ml.t3.large": _d(1, 1024),
+    "ml.t3.xlarge": _d(2, 1024),
+    "ml.t3.2xlarge": _d(2, 1536),
+    "ml.c5.large": _d(1, 768),
+    "ml.c5.xlarge": _d(2, 1024),
+    "ml.c5.2xlarge": _d(2, 1536),
+    "ml.m5.large": _d(1, 1024),
+    "ml.m5.xlarge": _d(2, 1024),
+    "ml.m5.2xlarge": _d(2, 1536),
+    "ml.g5.xlarge": _d(2, 1024),
+    "ml.g5.2xlarge": _d(2, 1536),
+    "ml.p4d.24xlarge": _d(2, 2048),
+    "ml.p5.48xlarge": _d(2, 2048),
+    "ml.trn1.32xlarge": _d(2, 2048),
+}
+
+# The rule, by the size suffix (the part after the last dot).
+RULE: tuple[tuple[str, VmSize], ...] = (
+    ("medium, large (and smaller)", VmSize(1, 768, "rule")),
+    ("xlarge", VmSize(2, 1024, "rule")),
+    ("2xlarge to 4xlarge", VmSize(2, 1536, "rule")),
+    ("6xlarge and bigger, metal", VmSize(2, 2048, "rule")),
+)
+
+
+def rule_size(instance_type: str) -> VmSize:
+    """The size the rule gives any instance type name (2 vCPUs at most: a lab host may have 2 cores)."""
+    suffix = instance_type.rsplit(".", 1)[-1]
+    if suffix in ("nano", "micro", "small", "medium", "large"):
+        return RULE[0][1]
+    if suffix == "xlarge":
+        return RULE[1][1]
+    m = re.fullmatch(r"(\d+)xlarge", suffix)
+    if m and int(m.group(1)) <= 4:
+        return RULE[2][1]
+    return RULE[3][1]
+
+
+def check_instance_type(name: str) -> None:
+    """SpecError unless `name` is in HyperPod's ClusterInstanceType enum."""
+    if name not in INSTANCE_TYPES:
+        raise SpecError(f"'{name}' is not a HyperPod instance type", instance_type_hint(name))
+
+
+class Catalog:
+    """Instance type -> VmSize: DEFAULTS, then the rule, with `overrides` (catalog.yaml) on top."""
+
+    def __init__(self, overrides: Mapping[str, VmSize] | None = None):
+        overrides = dict(overrides or {})
+        for name in overrides:
+            check_instance_type(name)
+        self.overrides = overrides
+
+    @classmethod
+    def load(cls, path: Path | None = None) -> Catalog:
+        """The catalog with `path` (default `$SLURMLAB_HOME/catalog.yaml`, if it exists) applied."""
+        if path is None:
+            path = home() / CATALOG_FILE
+            if not path.exists():
+                return cls()
+        return cls(read_overrides(path))
+
+    def size(self, instance_type: str) -> VmSize:
+        check_instance_type(instance_type)
+        if instance_type in self.overrides:
+            return self.overrides[instance_type]
+        return DEFAULTS.get(instance_type) or rule_size(instance_type)
+
+    def __contains__(self, instance_type: object) -> bool:
+        return instance_type in INSTANCE_TYPES
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(INSTANCE_TYPES)
+
+    def table(self) -> list[tuple[str, VmSize]]:
+        """Every HyperPod instance type with its lab size, in the enum's order."""
+        return [(t, self.size(t)) for t in INSTANCE_TYPES]
+
+
+def load_catalog(path: Path | None = None) -> Catalog:
+    return Catalog.load(path)
+
+
+def read_overrides(path: Path) -> dict[str, VmSize]:
+    """Read and check a catalog.yaml; every problem is reported with its line."""
+    doc = yamlsrc.read(path)
+    problems: list[Problem] = list(doc.duplicates)
+    out: dict[str, VmSize] = {}
+    data = doc.data
+    if data is None:
+        return out  # an empty file changes nothing
+    if not isinstance(data, dict):
+        problems.append(Problem((), "expected a mapping with the key instance_types", "see docs/spec.md"))
+    else:
+        for key in data:
+            if key != "instance_types":
+                problems.append(Problem((str(key),), "unknown key: catalog.yaml has only instance_types", "remove it"))
+        types = data.get("instance_types") or {}
+        if not isinstance(types, dict):
+            problems.append(Problem(("instance_types",), "expected a mapping: instance type -> {vcpus, memory_mib}", None))
+            types = {}
+        for name, entry in types.items():
+            loc = ("instance_types", str(name))
+            if str(name) not in INSTANCE_TYPES:
+                problems.append(Problem(loc, f"'{name}' is not a HyperPod instance type", instance_type_hint(str(name))))
+                continue
+            if not isinstance(entry, dict):
+                problems.append(Problem(loc, "expected {vcpus: N, memory_mib: N}", None))
+                continue
+            ok = True
+            for key in entry:
+                if key not in ("vcpus", "memory_mib"):
+                    problems.append(Problem(loc + (str(key),), "unknown key: an entry has vcpus and memory_mib", "remove it"))
+                    ok = False
+            for key, (lo, hi) in (("vcpus", VCPUS_RANGE), ("memory_mib", MEMORY_MIB_RANGE)):
+                v = entry.get(key)
+                if key not in entry:
+                    problems.append(Problem(loc + (key,), "missing", f"add {key}"))
+                    ok = False
+                elif not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+                    problems.append(Problem(loc + (key,), f"{v!r} is not a whole number from {lo} to {hi}", None))
+                    ok = False
+            if ok:
+                out[str(name)] = VmSize(entry["vcpus"], entry["memory_mib"], str(path))
+    if problems:
+        raise SpecInvalid(doc.place(problems), str(path), what="instance type catalog")
+    return out
