@@ -145,6 +145,240 @@ def box_list(output: Output = OutputOpt) -> None:
             out.print(f"{b.name}  added={b.added}  inputs={b.inputs_hash[:12] if b.inputs_hash else '-'}  built={b.built_at or '-'}")
 
 
+# ---------------------------------------------------------------- clusters
+def _store():
+    from lab.engine import daemon
+
+    return daemon.store()
+
+
+class _Watcher:
+    """Prints what changed (cluster, groups, nodes) as timestamped lines on stderr."""
+
+    def __init__(self, quiet: bool = False):
+        self.progress = Progress(quiet)
+        self.seen: dict[str, tuple] = {}
+
+    def __call__(self, d: dict, nodes: list[dict]) -> None:
+        groups = "  ".join(f"{g['InstanceGroupName']} {g['CurrentCount']}/{g['TargetCount']} {g['Status']}"
+                           for g in d["InstanceGroups"])
+        key = (d["ClusterStatus"], groups)
+        if self.seen.get("_cluster") != key:
+            self.seen["_cluster"] = key
+            self.progress(f"[bold]{d['ClusterName']}[/bold] {d['ClusterStatus']}  {groups}")
+        for n in nodes:
+            st = n["InstanceStatus"]
+            k = (st.get("Status"), st.get("Message"))
+            if self.seen.get(n["NodeLogicalId"]) != k:
+                self.seen[n["NodeLogicalId"]] = k
+                msg = f" - {st['Message']}" if st.get("Message") else ""
+                self.progress(f"  {n['NodeLogicalId']:<28} {st.get('Status'):<8}{msg}")
+
+
+def _print_cluster(d: dict) -> None:
+    out.print(f"{d['ClusterName']}  {d['ClusterStatus']}  ({d['Lab']['Provider']})")
+    if d.get("FailureMessage"):
+        out.print(f"  failure: {d['FailureMessage']}")
+    for g in d["InstanceGroups"]:
+        out.print(f"  {g['InstanceGroupName']:<14} {g['InstanceType']:<14} {g['CurrentCount']}/{g['TargetCount']}  {g['Status']}")
+
+
+@app.command("create-cluster")
+def create_cluster(
+    spec: str = typer.Option(..., "--spec", help="cluster spec (YAML, HyperPod CreateCluster field names)"),
+    wait: bool = typer.Option(False, "--wait", help="wait until the cluster has its full size (or fails)"),
+    wait_for: str = typer.Option("FullSize", help="with --wait: InService or FullSize"),
+    timeout: float = typer.Option(3600, help="seconds to wait at most"),
+    output: Output = OutputOpt,
+) -> None:
+    """Create a cluster from a spec: controller first, then login and compute nodes in parallel."""
+    from lab.engine import clusters
+    from lab.host import libvirtd
+    from lab.spec import load_spec
+
+    sp = load_spec(spec)
+    st = _store()
+    if st.cluster(sp.name):
+        clusters.create(st, sp, start_engine=False)  # raises the name clash before touching the host
+    libvirtd.up()
+    row = clusters.create(st, sp)
+    d = clusters.describe(st, row.name)
+    if wait:
+        d = clusters.wait(st, row.name, wait_for, on_change=_Watcher(output == Output.json), timeout=timeout)
+    if output == Output.json:
+        print_json(d)
+    else:
+        _print_cluster(d)
+        if not wait:
+            out.print(f"watch it: slurmlab describe-cluster {row.name}   (engine log: {_store().path.parent / 'engine.log'})")
+    if d.get("ClusterStatus") == "Failed":
+        raise typer.Exit(exitcodes.FAILURE)
+
+
+@app.command("describe-cluster")
+def describe_cluster(name: str, output: Output = OutputOpt) -> None:
+    """Cluster status, and per instance group CurrentCount, TargetCount, Status."""
+    from lab.engine import clusters
+
+    d = clusters.describe(_store(), name)
+    print_json(d) if output == Output.json else _print_cluster(d)
+
+
+@app.command("list-clusters")
+def list_clusters(output: Output = OutputOpt) -> None:
+    """Every cluster of this lab with its status."""
+    from lab.engine import clusters
+
+    st = _store()
+    items = [{"ClusterName": c.name, "ClusterArn": c.arn, "ClusterStatus": c.status,
+              "CreationTime": clusters._ts(c.created_at)} for c in st.clusters()]
+    if output == Output.json:
+        print_json({"ClusterSummaries": items})
+    else:
+        for i in items or []:
+            out.print(f"{i['ClusterName']:<20} {i['ClusterStatus']:<12} {i['CreationTime']}")
+        if not items:
+            out.print("no clusters")
+
+
+@app.command("list-cluster-nodes")
+def list_cluster_nodes(name: str, output: Output = OutputOpt) -> None:
+    """Nodes with group, status (and why), address."""
+    from lab.engine import clusters
+
+    nodes = clusters.list_nodes(_store(), name)
+    if output == Output.json:
+        print_json({"ClusterNodeSummaries": nodes})
+        return
+    for n in nodes:
+        st = n["InstanceStatus"]
+        out.print(f"{n['NodeLogicalId']:<26} {n['InstanceGroupName']:<12} {st['Status']:<9} {n['PrivatePrimaryIp']:<14} {st.get('Message', '')}")
+
+
+@app.command("delete-cluster")
+def delete_cluster(
+    name: str,
+    wait: bool = typer.Option(True, "--wait/--no-wait", help="wait until every VM, volume and network is gone"),
+    output: Output = OutputOpt,
+) -> None:
+    """Delete a cluster: every domain, volume, network and key of it."""
+    from lab.engine import clusters
+
+    st = _store()
+    clusters.delete(st, name)
+    if wait:
+        clusters.wait(st, name, "Deleted", on_change=_Watcher(output == Output.json), timeout=900)
+    if output == Output.json:
+        print_json({"ClusterName": name, "Deleted": wait})
+    else:
+        out.print(f"{name} deleted" if wait else f"{name} is Deleting")
+
+
+@app.command("ssh", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def ssh(ctx: typer.Context, name: str, node: str = typer.Argument(..., help="node name, or a group name for its first node")) -> None:
+    """Open a shell on a node (or run the command given after --), with the cluster's own key."""
+    from lab.engine import clusters
+    from lab.providers.vagrant import ssh_exe
+    from lab.workspace import ClusterDir
+
+    st = _store()
+    clusters.get(st, name)
+    nodes = st.nodes(name)
+    match = next((n for n in nodes if n.name == node), None) or next((n for n in nodes if n.grp == node), None)
+    if match is None:
+        raise LabError(f"no node '{node}' in cluster {name}", f"list them: slurmlab list-cluster-nodes {name}")
+    cmd = [ssh_exe(), "-i", str(ClusterDir(name).ssh_key), "-o", "StrictHostKeyChecking=no",
+           "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", f"vagrant@{match.address}", *ctx.args]
+    os.execv(cmd[0], cmd)
+
+
+@app.command()
+def up(
+    spec: str = typer.Argument("examples/cluster.yaml", help="cluster spec"),
+    timeout: float = typer.Option(3600, help="seconds to wait at most"),
+    output: Output = OutputOpt,
+) -> None:
+    """The whole path: host set-up, the box if missing, the cluster, a job on it, how to get in."""
+    from lab import box
+    from lab.engine import clusters
+    from lab.host import libvirtd
+    from lab.spec import load_spec
+
+    progress = Progress(output == Output.json)
+    sp = load_spec(spec)
+    progress("host: namespace, libvirtd, storage pool")
+    libvirtd.up()
+    if not box.is_current(sp.box or box.DEFAULT_BOX):
+        if sp.box and sp.box != box.DEFAULT_BOX:
+            raise LabError(f"box {sp.box} is not added to Vagrant", f"vagrant box add {sp.box} ...")
+        box.build(progress=progress)
+    st = _store()
+    if st.cluster(sp.name) is None:
+        clusters.create(st, sp)
+    else:
+        progress(f"cluster {sp.name} exists: resuming")
+        from lab.engine import daemon
+
+        daemon.ensure_running()
+    d = clusters.wait(st, sp.name, "FullSize", on_change=_Watcher(output == Output.json), timeout=timeout)
+    if d["ClusterStatus"] == "Failed":
+        raise LabError(f"cluster {sp.name} failed: {d.get('FailureMessage')}")
+    result = run_first_job(st, sp.name, progress)
+    login = next((n for n in st.nodes(sp.name) if any(g.name == n.grp and g.node_type == "Login" for g in st.groups(sp.name))), None)
+    entry = login or next(n for n in st.nodes(sp.name))
+    if output == Output.json:
+        print_json({**clusters.describe(st, sp.name), "FirstJob": result, "Ssh": f"slurmlab ssh {sp.name} {entry.name}"})
+        return
+    _print_cluster(clusters.describe(st, sp.name))
+    out.print(f"\nfirst job: {result['command']}\n" + "\n".join(f"  {l}" for l in result["output"].splitlines()))
+    out.print(f"\nget in:     slurmlab ssh {sp.name} {entry.name}")
+    out.print(f"run a job:  slurmlab ssh {sp.name} {entry.name} -- srun -N{result['nodes']} hostname")
+    out.print(f"verify:     slurmlab list-cluster-nodes {sp.name}")
+    out.print(f"tear down:  slurmlab delete-cluster {sp.name}")
+
+
+def run_first_job(st, name: str, progress) -> dict:
+    """srun -N<compute nodes> hostname from the login node (or the controller)."""
+    from lab.configure.remote import run_on_node
+
+    groups = {g.name: g for g in st.groups(name)}
+    nodes = st.nodes(name)
+    computes = [n for n in nodes if groups[n.grp].node_type == "Compute" and n.phase == "running"]
+    login = next((n for n in nodes if groups[n.grp].node_type == "Login" and n.phase == "running"), None)
+    entry = login or next(n for n in nodes if groups[n.grp].node_type == "Controller")
+    cmd = f"srun -N{len(computes)} hostname"
+    progress(f"first job on {entry.name}: {cmd}")
+    res = run_on_node(name, entry.address, cmd, timeout=300)
+    if res.returncode != 0:
+        raise LabError(f"the first job failed on {entry.name}: {res.stdout.strip()}",
+                       f"look at the nodes: slurmlab ssh {name} {entry.name} -- sinfo")
+    return {"command": cmd, "node": entry.name, "nodes": len(computes), "output": res.stdout}
+
+
+# ---------------------------------------------------------------- engine
+engine_app = typer.Typer(help="The background engine that builds the clusters.", no_args_is_help=True)
+app.add_typer(engine_app, name="engine")
+
+
+@engine_app.command("status")
+def engine_status(output: Output = OutputOpt) -> None:
+    """Is the engine running, and where is its log."""
+    from lab import paths
+    from lab.engine import daemon
+
+    pid = daemon.running_pid()
+    data = {"running": bool(pid), "pid": pid, "log": str(paths.home() / "engine.log"), "state": str(paths.home())}
+    print_json(data) if output == Output.json else out.print(f"engine running={data['running']} pid={pid} log={data['log']}")
+
+
+@engine_app.command("stop")
+def engine_stop() -> None:
+    """Stop the engine (clusters keep their VMs; the next command resumes the work)."""
+    from lab.engine import daemon
+
+    out.print("engine stopped" if daemon.stop() else "engine was not running")
+
+
 def main() -> None:
     try:
         app()

@@ -48,7 +48,7 @@ def test_one_vm_boots_answers_ssh_and_leaves_nothing(lab_home):
         assert oct(key.stat().st_mode & 0o777) == "0o600"
         out = subprocess.run(
             [ssh_exe(), "-i", str(key), "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-             "-o", "BatchMode=yes", "-o", "ConnectTimeout=20", f"vagrant@{m.address}", "slurmd -V; hostname -I"],
+             "-o", "BatchMode=yes", "-o", "ConnectTimeout=20", f"vagrant@{m.address}", "/usr/sbin/slurmd -V; hostname -I"],
             capture_output=True, text=True, timeout=120,
         )
         assert out.returncode == 0, out.stderr
