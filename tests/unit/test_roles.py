@@ -1,0 +1,226 @@
+"""The Ansible side: playbooks parse, and slurm.conf renders as the golden file says.
+
+Templates are rendered by ansible-core itself (a local play that includes the
+real role tasks), so the role defaults, Ansible's filters and its Jinja2
+settings are the ones the guests get. One ansible-playbook run serves every
+rendering test (about two seconds). Regenerate the golden file with
+SLURMLAB_UPDATE_GOLDEN=1 and review the diff.
+"""
+
+import getpass
+import grp
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = Path(__file__).parent / "data"
+INVENTORY = DATA / "inventory.yml"
+GOLDEN = DATA / "slurm.conf.golden"
+PLAYBOOKS = ["controller.yml", "nodes.yml", "join.yml", "leave.yml", "lifecycle.yml"]
+ROLES = ["common", "munge", "slurm_controller", "slurm_node"]
+
+RENDER_PLAY = """
+- name: Render slurmlab templates for the unit tests
+  hosts: slurm_controller
+  gather_facts: false
+  connection: local
+  tasks:
+    - name: Sample cluster
+      ansible.builtin.include_role:
+        name: slurm_controller
+        tasks_from: config.yml
+      vars:
+        slurm_controller_conf_dir: "{{ out }}/sample"
+    - name: No compute node yet
+      ansible.builtin.include_role:
+        name: slurm_controller
+        tasks_from: config.yml
+      vars:
+        slurm_controller_conf_dir: "{{ out }}/empty"
+        slurmlab_slurm_nodes: []
+    - name: Two nodes leaving
+      ansible.builtin.include_role:
+        name: slurm_controller
+        tasks_from: config.yml
+      vars:
+        slurm_controller_conf_dir: "{{ out }}/leaving"
+        slurmlab_leaving: [demo-compute-2, demo-gpu-1]
+    - name: Site overrides
+      ansible.builtin.include_role:
+        name: slurm_controller
+        tasks_from: config.yml
+      vars:
+        slurm_controller_conf_dir: "{{ out }}/override"
+        slurm_controller_config: {MailProg: null, SlurmdTimeout: 600, PropagateResourceLimits: false}
+        slurm_controller_cgroup_config: {}
+    - name: /etc/hosts block
+      ansible.builtin.template:
+        src: "{{ roles_dir }}/common/templates/hosts_block.j2"
+        dest: "{{ out }}/hosts_block"
+        mode: "0644"
+    - name: slurmd options
+      ansible.builtin.template:
+        src: "{{ roles_dir }}/slurm_node/templates/default-slurmd.j2"
+        dest: "{{ out }}/default-slurmd"
+        mode: "0644"
+      vars:
+        slurm_node_slurmd_options: "--conf-server {{ slurmlab_controller_name }}"
+"""
+
+
+def _ansible_tool(name):
+    local = Path(sys.executable).parent / name
+    if local.exists():
+        return str(local)
+    found = shutil.which(name)
+    if not found:
+        pytest.skip(f"{name} is not installed (pip install 'ansible-core>=2.19,<2.20')")
+    return found
+
+
+def _env(tmp):
+    env = dict(os.environ)
+    env.update(
+        ANSIBLE_ROLES_PATH=str(ROOT / "roles"),
+        ANSIBLE_HOME=str(tmp / "ansible-home"),
+        ANSIBLE_LOCAL_TEMP=str(tmp / "ansible-local"),
+        ANSIBLE_REMOTE_TMP=str(tmp / "ansible-remote"),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_RETRY_FILES_ENABLED="False",
+        ANSIBLE_HOST_KEY_CHECKING="False",
+    )
+    env.pop("ANSIBLE_CONFIG", None)
+    return env
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("roles")
+    out = tmp / "out"
+    for sub in ("sample", "empty", "leaving", "override"):
+        (out / sub).mkdir(parents=True)
+    # A stale cgroup.conf that the "override" run (empty cgroup dict) must remove.
+    (out / "override" / "cgroup.conf").write_text("CgroupPlugin=autodetect\n")
+    play = tmp / "render.yml"
+    play.write_text(RENDER_PLAY)
+    user = getpass.getuser()
+    group = grp.getgrgid(os.getgid()).gr_name
+    cmd = [
+        _ansible_tool("ansible-playbook"), "-i", str(INVENTORY), str(play),
+        "-e", f"out={out}", "-e", f"roles_dir={ROOT / 'roles'}",
+        "-e", f"slurm_controller_conf_owner={user}", "-e", f"slurm_controller_conf_group={group}",
+        "-e", f"ansible_python_interpreter={sys.executable}",
+    ]
+    proc = subprocess.run(cmd, cwd=tmp, env=_env(tmp), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out
+
+
+def _lines(text, prefix):
+    return [line for line in text.splitlines() if line.startswith(prefix)]
+
+
+def test_playbooks_pass_syntax_check(tmp_path):
+    cmd = [_ansible_tool("ansible-playbook"), "--syntax-check", "-i", str(INVENTORY)]
+    cmd += [str(ROOT / "playbooks" / name) for name in PLAYBOOKS]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_roles_have_the_standard_layout():
+    for role in ROLES:
+        for part in ("defaults/main.yml", "tasks/main.yml", "tasks/validate.yml", "handlers/main.yml"):
+            assert (ROOT / "roles" / role / part).is_file(), f"roles/{role}/{part} missing"
+
+
+def test_role_variables_are_prefixed():
+    for role in ROLES:
+        defaults = yaml.safe_load((ROOT / "roles" / role / "defaults" / "main.yml").read_text()) or {}
+        for name in defaults:
+            assert name.startswith((role + "_", "slurmlab_")), f"roles/{role}: variable {name} lacks its prefix"
+
+
+def test_handlers_in_execution_order():
+    names = []
+    for role in ROLES:
+        handlers = yaml.safe_load((ROOT / "roles" / role / "handlers" / "main.yml").read_text()) or []
+        names += [h["name"] for h in handlers]
+    assert names == ["Restart munge", "Reconfigure slurmctld", "Restart slurmd", "Restart sackd"]
+
+
+def test_slurm_conf_matches_golden(rendered):
+    text = (rendered / "sample" / "slurm.conf").read_text()
+    if os.environ.get("SLURMLAB_UPDATE_GOLDEN"):
+        GOLDEN.write_text(text)
+    assert GOLDEN.exists(), "golden file missing: regenerate it with SLURMLAB_UPDATE_GOLDEN=1 and review the diff"
+    assert text == GOLDEN.read_text()
+
+
+def test_slurm_conf_nodes_and_partitions(rendered):
+    text = (rendered / "sample" / "slurm.conf").read_text()
+    assert _lines(text, "NodeName=") == [
+        "NodeName=demo-compute-1 CPUs=2 RealMemory=900",
+        "NodeName=demo-compute-2 CPUs=2 RealMemory=900",
+        "NodeName=demo-gpu-1 CPUs=1 RealMemory=400",
+    ]
+    # demo-gpu-1 has no partition: it goes to the default one.
+    assert _lines(text, "PartitionName=") == [
+        "PartitionName=batch Nodes=demo-compute-1,demo-compute-2 MaxTime=INFINITE State=UP",
+        "PartitionName=dev Nodes=demo-compute-1,demo-compute-2,demo-gpu-1 Default=YES MaxTime=INFINITE State=UP",
+    ]
+    for setting in (
+        "SlurmctldParameters=enable_configless", "SlurmctldHost=demo-controller-1", "ClusterName=demo",
+        "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "SelectType=select/cons_tres",
+        "ReturnToService=2", "MailProg=/bin/true", "DebugFlags=GLOB_SILENCE", "SlurmUser=slurm",
+    ):
+        assert setting in text.splitlines()
+    keys = [line.split("=", 1)[0] for line in text.splitlines()
+            if line and not line.startswith("#") and not line.startswith(("NodeName=", "PartitionName="))]
+    assert keys == sorted(keys, key=str.lower), "slurm.conf keys must be sorted (stable diffs)"
+
+
+def test_slurm_conf_without_nodes_has_no_empty_partition(rendered):
+    text = (rendered / "empty" / "slurm.conf").read_text()
+    assert _lines(text, "NodeName=") == []
+    assert _lines(text, "PartitionName=") == []
+    assert "SlurmctldHost=demo-controller-1" in text
+
+
+def test_slurm_conf_leaves_out_leaving_nodes(rendered):
+    text = (rendered / "leaving" / "slurm.conf").read_text()
+    assert "demo-compute-2" not in text and "demo-gpu-1" not in text
+    assert _lines(text, "PartitionName=") == [
+        "PartitionName=batch Nodes=demo-compute-1 MaxTime=INFINITE State=UP",
+        "PartitionName=dev Nodes=demo-compute-1 Default=YES MaxTime=INFINITE State=UP",
+    ]
+
+
+def test_slurm_conf_overrides(rendered):
+    lines = (rendered / "override" / "slurm.conf").read_text().splitlines()
+    assert "SlurmdTimeout=600" in lines
+    assert "PropagateResourceLimits=NO" in lines
+    assert not any(line.startswith("MailProg=") for line in lines), "a null override removes the key"
+    assert not (rendered / "override" / "cgroup.conf").exists(), "an empty cgroup dict removes cgroup.conf"
+
+
+def test_cgroup_conf(rendered):
+    lines = [line for line in (rendered / "sample" / "cgroup.conf").read_text().splitlines()
+             if line and not line.startswith("#")]
+    assert lines == ["CgroupPlugin=disabled"]
+
+
+def test_hosts_block_and_daemon_options(rendered):
+    assert (rendered / "hosts_block").read_text().splitlines() == [
+        "192.0.2.31 demo-compute-1",
+        "192.0.2.32 demo-compute-2",
+        "192.0.2.10 demo-controller-1",
+        "192.0.2.41 demo-gpu-1",
+        "192.0.2.20 demo-login-1",
+    ]
+    assert 'SLURMD_OPTIONS="--conf-server demo-controller-1"' in (rendered / "default-slurmd").read_text()
