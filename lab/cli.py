@@ -216,11 +216,22 @@ def create_cluster(
 
 
 @app.command("describe-cluster")
-def describe_cluster(name: str, output: Output = OutputOpt) -> None:
+def describe_cluster(
+    name: str,
+    wait_for: Optional[str] = typer.Option(None, "--wait-for", help="InService or FullSize: watch until then"),
+    timeout: float = typer.Option(3600, help="seconds to wait at most"),
+    output: Output = OutputOpt,
+) -> None:
     """Cluster status, and per instance group CurrentCount, TargetCount, Status."""
     from lab.engine import clusters
 
-    d = clusters.describe(_store(), name)
+    st = _store()
+    if wait_for:
+        if wait_for not in ("InService", "FullSize"):
+            raise LabError(f"--wait-for {wait_for}: unknown state", "use InService or FullSize")
+        d = clusters.wait(st, name, wait_for, on_change=_Watcher(output == Output.json), timeout=timeout)
+    else:
+        d = clusters.describe(st, name)
     print_json(d) if output == Output.json else _print_cluster(d)
 
 
@@ -369,6 +380,14 @@ def engine_status(output: Output = OutputOpt) -> None:
     pid = daemon.running_pid()
     data = {"running": bool(pid), "pid": pid, "log": str(paths.home() / "engine.log"), "state": str(paths.home())}
     print_json(data) if output == Output.json else out.print(f"engine running={data['running']} pid={pid} log={data['log']}")
+
+
+@engine_app.command("start")
+def engine_start() -> None:
+    """Start the engine if it is not running (any cluster command does this by itself)."""
+    from lab.engine import daemon
+
+    out.print(f"engine running, pid {daemon.ensure_running()}")
 
 
 @engine_app.command("stop")

@@ -21,7 +21,7 @@ def _no_color() -> bool:
 
 
 out = Console(no_color=_no_color(), highlight=False, soft_wrap=True)
-err = Console(stderr=True, no_color=_no_color(), highlight=False)
+err = Console(stderr=True, no_color=_no_color(), highlight=False, soft_wrap=True)
 
 
 def print_json(data) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -55,6 +56,8 @@ def envvars(ctx: inv.ClusterContext) -> dict[str, str]:
         "ANSIBLE_RETRY_FILES_ENABLED": "False",
         "ANSIBLE_DEPRECATION_WARNINGS": "False",
         "ANSIBLE_INTERPRETER_PYTHON": "/usr/bin/python3",
+        # ansible-playbook from this interpreter's virtualenv, even when its bin/ is not on PATH
+        "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}",
     }
 
 

@@ -118,7 +118,7 @@ def plan(
             p.group_status[g.name] = "InService"
         elif failed:
             p.group_status[g.name] = "Degraded"
-        elif g.status in ("InService", "Updating", "Degraded"):
+        elif cluster.status != "Creating" and g.status in ("InService", "Updating", "Degraded"):
             p.group_status[g.name] = "Updating"
         else:
             p.group_status[g.name] = "Creating"

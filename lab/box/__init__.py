@@ -1,0 +1,151 @@
+"""The slurmlab Vagrant box: Debian 13 (trixie) with Slurm 24.11, built offline-capable from
+Debian's mirror, cached by the hash of its inputs, added to Vagrant as a libvirt box.
+
+    build()        make sure the box from the current inputs is added to Vagrant (builds if needed)
+    list_boxes()   boxes added to Vagrant, which are slurmlab-built, which are current
+    is_current()   the named box is added and was built from the current inputs
+    inputs_hash()  the cache key: recipe (suite, mirror, packages, ...) + customize.sh
+
+See docs/box.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from lab.errors import CommandFailed, HostError
+
+from . import builder as _b
+from . import recipe as _recipe
+from . import vagrant as _vg
+
+DEFAULT_BOX = "slurmlab/trixie-slurm"
+
+__all__ = ["DEFAULT_BOX", "BoxInfo", "build", "inputs_hash", "is_current", "list_boxes"]
+
+
+@dataclass
+class BoxInfo:
+    name: str
+    inputs_hash: str  # "" for a box slurmlab did not build
+    path: Path | None  # the .box file in slurmlab's cache, if it is there
+    size_bytes: int | None  # size of that .box file
+    added: bool  # added to Vagrant
+    built_at: str | None  # ISO 8601 UTC, from the box's slurmlab.json
+    provider: str = _vg.PROVIDER
+    version: str = "0"
+    slurmlab: bool = False  # carries a slurmlab.json
+    current: bool = False  # slurmlab-built from the current inputs
+    slurm_version: str | None = None
+
+
+def inputs_hash() -> str:
+    """The hash of everything that makes the image: recipe, package list, mirror, customize.sh."""
+    return _recipe.inputs_hash()
+
+
+def _added_marker(name: str) -> dict | None:
+    """slurmlab.json of the complete box `name` (version 0) in Vagrant's box directory."""
+    d = _vg.box_dir(name, "0")
+    if d is None or not _vg.is_complete(d):
+        return None
+    return _vg.read_marker(d)
+
+
+def is_current(name: str = DEFAULT_BOX) -> bool:
+    """Added to Vagrant AND built from the current inputs (reads Vagrant's box directory: fast)."""
+    marker = _added_marker(name)
+    return bool(marker) and marker.get("inputs_hash") == inputs_hash()
+
+
+def _cached(h: str) -> tuple[Path | None, int | None]:
+    f = _b.box_file(h)
+    with contextlib.suppress(OSError):
+        return f, f.stat().st_size
+    return None, None
+
+
+def _info(name: str, h: str, marker: dict | None, added: bool) -> BoxInfo:
+    path, size = _cached(h)
+    return BoxInfo(
+        name=name,
+        inputs_hash=h,
+        path=path,
+        size_bytes=size,
+        added=added,
+        built_at=(marker or {}).get("built_at"),
+        slurmlab=marker is not None,
+        current=h == inputs_hash(),
+        slurm_version=(marker or {}).get("slurm_version"),
+    )
+
+
+def build(
+    name: str = DEFAULT_BOX,
+    *,
+    force: bool = False,
+    progress: Callable[[str], None] = lambda s: None,
+) -> BoxInfo:
+    """Make sure box `name`, built from the current inputs, is added to Vagrant.
+
+    Up to date: returns at once. Cached .box but not added: `vagrant box add` only. Otherwise (or
+    with force=True) builds the image (needs root, ~3 GiB free in the cache, the Debian mirror),
+    then adds it. A failed or interrupted build leaves no work files, mounts, loop devices or
+    half-added box behind.
+    """
+    h = inputs_hash()
+    if not force:
+        marker = _added_marker(name)
+        if marker and marker.get("inputs_hash") == h:
+            progress(f"box up to date: {name} ({h})")
+            _b.cleanup_stale_if_idle(progress)
+            return _info(name, h, marker, added=True)
+
+    say = _b.Clock(progress)
+    with _b._sigterm_raises(), _b.build_lock(progress):
+        _b.cleanup_stale(progress)
+        marker = _added_marker(name)
+        if not force and marker and marker.get("inputs_hash") == h:
+            progress(f"box up to date: {name} ({h})")  # another process built it meanwhile
+            return _info(name, h, marker, added=True)
+
+        box = _b.box_file(h)
+        if force or not box.is_file():
+            _b.check_build_host(_b.boxes_dir())
+            progress(f"building box {name} from inputs {h}")
+            recipe = _recipe.default_recipe()
+            script_text = _recipe.CUSTOMIZE_SCRIPT.read_text()
+            if _recipe.inputs_hash(recipe, script_text) != h:
+                raise HostError("the box recipe changed while the build started", "run the build again")
+            box = _b.build_image(name, h, recipe, script_text, say)
+            _b.prune_cache(keep=h)
+        else:
+            _b.check_tools(_b.ADD_TOOLS)
+            progress(f"box {h} is in the cache: {box}")
+        _b.vagrant_add(name, box, h, say)
+        return _info(name, h, _added_marker(name), added=True)
+
+
+def list_boxes() -> list[BoxInfo]:
+    """All boxes added to Vagrant, with slurmlab's marker (if any) and whether it is current."""
+    _b.check_tools(_b.ADD_TOOLS)
+    cmd = ["vagrant", "box", "list", "--machine-readable"]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=_b._env(), check=False)
+    if r.returncode != 0:
+        raise CommandFailed(cmd, r.returncode, r.stdout + r.stderr)
+    result = []
+    for box in _vg.parse_box_list(r.stdout):
+        marker = _vg.read_marker(_vg.box_dir(box.name, box.version, box.provider))
+        h = (marker or {}).get("inputs_hash", "")
+        info = (
+            _info(box.name, h, marker, added=True)
+            if marker
+            else BoxInfo(name=box.name, inputs_hash="", path=None, size_bytes=None, added=True, built_at=None)
+        )
+        info.provider, info.version = box.provider, box.version
+        result.append(info)
+    return result

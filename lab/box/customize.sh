@@ -1,0 +1,200 @@
+#!/bin/sh
+# Turns a fresh mmdebstrap tree into the slurmlab node image.
+#
+# Runs on the host as mmdebstrap's --customize-hook: $1 is the image's root directory (already
+# the mounted ext4 filesystem). mmdebstrap keeps its own policy-rc.d (exit 101) in place while
+# hooks run, so nothing installed here starts a service. Every line of this file is part of the
+# box's inputs hash: editing it makes `slurmlab box build` produce a new box.
+set -eu
+
+R="$1"
+[ -d "$R/etc" ] || { echo "customize.sh: $R is not a root filesystem" >&2; exit 2; }
+in_root() { chroot "$R" "$@"; }
+say() { echo "I: slurmlab customize: $*"; }
+
+say "hostname and hosts"
+echo slurmlab > "$R/etc/hostname"
+chmod 0644 "$R/etc/hostname"
+cat > "$R/etc/hosts" <<'EOF'
+127.0.0.1	localhost
+127.0.1.1	slurmlab
+::1		localhost ip6-localhost ip6-loopback
+ff02::1		ip6-allnodes
+ff02::2		ip6-allrouters
+EOF
+# mmdebstrap copied the build host's resolver config: it must not ship.
+rm -f "$R/etc/resolv.conf"
+
+say "user vagrant (uid 1000, password locked, passwordless sudo, no keys)"
+in_root useradd --create-home --uid 1000 --user-group --shell /bin/bash vagrant
+in_root usermod --lock vagrant
+install -d -m 0700 -o 1000 -g 1000 "$R/home/vagrant/.ssh"
+install -d -m 0700 "$R/root/.ssh"
+echo 'vagrant ALL=(ALL) NOPASSWD: ALL' > "$R/etc/sudoers.d/vagrant"
+chmod 0440 "$R/etc/sudoers.d/vagrant"
+in_root visudo -c -q -f /etc/sudoers.d/vagrant
+
+say "sshd: keys only, host keys made at first boot"
+cat > "$R/etc/ssh/sshd_config.d/10-slurmlab.conf" <<'EOF'
+# slurmlab: public keys only. The keys come from the VM's slurmlab.authorized_keys credential.
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin prohibit-password
+UseDNS no
+# Only these two host keys exist (an RSA key costs ~20 s to make under emulation).
+HostKey /etc/ssh/ssh_host_ed25519_key
+HostKey /etc/ssh/ssh_host_ecdsa_key
+EOF
+rm -f "$R"/etc/ssh/ssh_host_*
+install -d -m 0755 "$R/usr/local/lib/slurmlab"
+cat > "$R/usr/local/lib/slurmlab/ssh-host-keys" <<'EOF'
+#!/bin/sh
+# Makes the missing SSH host keys (ed25519 and ecdsa only) before sshd starts and prints their
+# fingerprints to the console. Few processes: each one costs ~0.1 s under emulation.
+set -eu
+for t in ed25519 ecdsa; do
+  k="/etc/ssh/ssh_host_${t}_key"
+  if [ ! -s "$k" ]; then
+    if [ -e "$k" ] || [ -e "$k.pub" ]; then rm -f "$k" "$k.pub"; fi
+    ssh-keygen -q -t "$t" -N '' -f "$k"
+    echo "slurmlab: generated SSH host key $(ssh-keygen -l -f "$k.pub")"
+  fi
+done
+EOF
+chmod 0755 "$R/usr/local/lib/slurmlab/ssh-host-keys"
+install -d -m 0755 "$R/etc/systemd/system/ssh.service.d"
+cat > "$R/etc/systemd/system/ssh.service.d/10-slurmlab-host-keys.conf" <<'EOF'
+[Service]
+ExecStartPre=
+ExecStartPre=/usr/local/lib/slurmlab/ssh-host-keys
+ExecStartPre=/usr/sbin/sshd -t
+StandardOutput=journal+console
+EOF
+# Debian's own first-boot generator runs `ssh-keygen -A` (RSA too): replaced by the drop-in above.
+in_root systemctl mask sshd-keygen.service
+in_root systemctl disable ssh.socket >/dev/null 2>&1 || true
+in_root systemctl enable ssh.service
+# systemd's sshd generator (AF_VSOCK and AF_UNIX sockets) only adds a failure message at boot here.
+install -d -m 0755 "$R/etc/systemd/system-generators"
+ln -sf /dev/null "$R/etc/systemd/system-generators/systemd-ssh-generator"
+
+say "per-VM authorized_keys from the systemd credential slurmlab.authorized_keys"
+cat > "$R/usr/local/lib/slurmlab/authorized-keys" <<'EOF'
+#!/bin/sh
+# Installs the SSH public keys passed to this VM as the system credential
+# slurmlab.authorized_keys (qemu: -smbios type=11,value=io.systemd.credential:slurmlab.authorized_keys=KEY)
+# for the users vagrant and root. Without the credential the existing files stay as they are.
+# Runs before ssh.service, so plain writes are safe. Shell builtins where possible: each process
+# costs ~0.1 s under emulation and this is on the way to sshd.
+set -eu
+src="${CREDENTIALS_DIRECTORY:-/nonexistent}/slurmlab.authorized_keys"
+if [ ! -s "$src" ]; then
+  echo "slurmlab: no slurmlab.authorized_keys credential; authorized_keys left unchanged"
+  exit 0
+fi
+keys=""
+n=0
+while IFS= read -r line || [ -n "$line" ]; do
+  case "$line" in "" | "#"*) continue ;; esac
+  keys="$keys$line
+"
+  n=$((n + 1))
+done < "$src"
+if [ "$n" -eq 0 ]; then
+  echo "slurmlab: the slurmlab.authorized_keys credential holds no key line; nothing installed" >&2
+  exit 1
+fi
+umask 077
+mkdir -p /home/vagrant/.ssh /root/.ssh
+printf '%s' "$keys" > /home/vagrant/.ssh/authorized_keys
+printf '%s' "$keys" > /root/.ssh/authorized_keys
+chown vagrant:vagrant /home/vagrant/.ssh /home/vagrant/.ssh/authorized_keys
+chmod 0700 /home/vagrant/.ssh /root/.ssh
+s=s; [ "$n" -eq 1 ] && s=""
+echo "slurmlab: authorized_keys installed ($n key$s) for vagrant and root"
+EOF
+chmod 0755 "$R/usr/local/lib/slurmlab/authorized-keys"
+cat > "$R/etc/systemd/system/slurmlab-authorized-keys.service" <<'EOF'
+[Unit]
+Description=slurmlab: install SSH authorized_keys from the VM's credential
+After=local-fs.target
+Before=ssh.service sshd.service
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ImportCredential=slurmlab.authorized_keys
+ExecStart=/usr/local/lib/slurmlab/authorized-keys
+StandardOutput=journal+console
+StandardError=journal+console
+
+[Install]
+WantedBy=multi-user.target
+EOF
+in_root systemctl enable slurmlab-authorized-keys.service
+
+say "network: DHCP on eth0 (net.ifnames=0) with systemd-networkd"
+cat > "$R/etc/systemd/network/10-slurmlab-eth0.network" <<'EOF'
+# The first NIC (Vagrant's management network). Other NICs are left to Vagrant or Ansible.
+[Match]
+Name=eth0
+
+[Network]
+DHCP=ipv4
+LinkLocalAddressing=no
+IPv6AcceptRA=no
+
+[DHCPv4]
+# libvirt's dnsmasq identifies guests by MAC (static leases, `virsh net-dhcp-leases`).
+ClientIdentifier=mac
+EOF
+in_root systemctl enable systemd-networkd.service
+in_root systemctl enable systemd-networkd-wait-online.service
+
+say "first boot: no prompts, a new machine-id per VM"
+in_root systemctl mask systemd-firstboot.service
+: > "$R/etc/machine-id"
+rm -f "$R/var/lib/dbus/machine-id"
+
+say "boot time: services and timers that cost CPU or wait for the network"
+for u in e2scrub_reap.service apt-daily.timer apt-daily-upgrade.timer fstrim.timer \
+         e2scrub_all.timer dpkg-db-backup.timer man-db.timer; do
+  if [ -e "$R/usr/lib/systemd/system/$u" ] || [ -e "$R/lib/systemd/system/$u" ]; then
+    in_root systemctl disable "$u" >/dev/null 2>&1
+  fi
+done
+
+say "slurm and munge: installed, disabled, no munge key (Ansible enables them per cluster)"
+for u in slurmctld.service slurmd.service sackd.service munge.service; do
+  in_root systemctl disable "$u" >/dev/null 2>&1
+done
+rm -f "$R/etc/munge/munge.key"
+
+say "initramfs: the disk drivers a VM needs, no hardware database (17.8 MB -> ~8 MB)"
+cat > "$R/etc/initramfs-tools/conf.d/slurmlab" <<'EOF'
+# slurmlab: a small initramfs boots faster under emulation; hooks/zz-slurmlab adds the disk drivers.
+MODULES=list
+EOF
+cat > "$R/etc/initramfs-tools/hooks/zz-slurmlab" <<'EOF'
+#!/bin/sh
+PREREQ="udev"
+prereqs() { echo "$PREREQ"; }
+case "${1:-}" in prereqs) prereqs; exit 0 ;; esac
+. /usr/share/initramfs-tools/hook-functions
+# Disk drivers for each vagrant-libvirt disk bus: virtio (default), scsi, sata, ide.
+manual_add_modules virtio_blk virtio_scsi sd_mod ahci ata_piix
+# udev's hardware database (13 MB) only names devices: the initramfs does not need it.
+rm -f "$DESTDIR/usr/lib/udev/hwdb.bin" "$DESTDIR/etc/udev/hwdb.bin"
+EOF
+chmod 0755 "$R/etc/initramfs-tools/hooks/zz-slurmlab"
+in_root update-initramfs -u -k all
+
+say "clean up"
+in_root apt-get clean
+rm -rf "$R"/var/lib/apt/lists/* "$R"/var/cache/apt/*.bin "$R"/var/cache/debconf/*-old \
+       "$R"/var/lib/dpkg/*-old "$R"/tmp/* "$R"/var/tmp/*
+find "$R/var/log" -type f -exec truncate -s 0 {} +
+# Mark /etc and /var as up to date with /usr, so that every VM's first boot skips
+# ldconfig.service, systemd-journal-catalog-update.service and friends (ConditionNeedsUpdate=).
+in_root /usr/lib/systemd/systemd-update-done
+say "done"
