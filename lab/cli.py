@@ -189,18 +189,24 @@ def create_cluster(
     wait: bool = typer.Option(False, "--wait", help="wait until the cluster has its full size (or fails)"),
     wait_for: str = typer.Option("FullSize", help="with --wait: InService or FullSize"),
     timeout: float = typer.Option(3600, help="seconds to wait at most"),
+    capacity_file: Optional[str] = typer.Option(None, "--capacity", help="capacity file (YAML) to apply first"),
     output: Output = OutputOpt,
 ) -> None:
     """Create a cluster from a spec: controller first, then login and compute nodes in parallel."""
+    from lab import capacity
     from lab.engine import clusters
     from lab.host import libvirtd
     from lab.spec import load_spec
 
     sp = load_spec(spec)
+    if capacity_file:
+        capacity.load(capacity_file)  # validate before anything changes
     st = _store()
     if st.cluster(sp.name):
         clusters.create(st, sp, start_engine=False)  # raises the name clash before touching the host
     libvirtd.up()
+    if capacity_file:
+        load_capacity_file(st, capacity_file)
     row = clusters.create(st, sp)
     d = clusters.describe(st, row.name)
     if wait:
@@ -364,6 +370,73 @@ def run_first_job(st, name: str, progress) -> dict:
         raise LabError(f"the first job failed on {entry.name}: {res.stdout.strip()}",
                        f"look at the nodes: slurmlab ssh {name} {entry.name} -- sinfo")
     return {"command": cmd, "node": entry.name, "nodes": len(computes), "output": res.stdout}
+
+
+# ---------------------------------------------------------------- capacity
+capacity_app = typer.Typer(help="Simulated capacity per instance type (the lab's 'insufficient capacity' day).",
+                           no_args_is_help=True)
+app.add_typer(capacity_app, name="capacity")
+
+
+def load_capacity_file(st, path: str) -> None:
+    """Apply a capacity file: limits now, arrivals counted from now."""
+    import time as _t
+
+    from lab import capacity
+
+    cap = capacity.load(path)
+    now = _t.time()
+    for t, n in cap.available.items():
+        st.set_capacity(t, n)
+    for t, arrivals in cap.arrivals.items():
+        for a in arrivals:
+            st.add_arrival(t, now + a.after_seconds, a.count)
+
+
+@capacity_app.command("show")
+def capacity_show(output: Output = OutputOpt) -> None:
+    """Limits per instance type, what is in use, and arrivals still to come."""
+    import time as _t
+
+    from lab.engine.engine import Engine
+
+    st = _store()
+    used = Engine(st, None, None)._used()
+    limits = st.capacity()
+    arrivals = [{"InstanceType": t, "InSeconds": round(due - _t.time()), "Count": n}
+                for _, t, due, n in st.pending_arrivals()]
+    rows = [{"InstanceType": t, "Available": limits.get(t), "InUse": used.get(t, 0)}
+            for t in sorted(set(limits) | {k for k in used if k})]
+    if output == Output.json:
+        print_json({"Capacity": rows, "Arrivals": arrivals})
+        return
+    for r in rows:
+        out.print(f"{r['InstanceType']:<16} in use {r['InUse']}  available {'unlimited' if r['Available'] is None else r['Available']}")
+    for a in arrivals:
+        out.print(f"arriving: {a['Count']} x {a['InstanceType']} in {a['InSeconds']} s")
+    if not rows and not arrivals:
+        out.print("no limits: every instance type is unlimited (the host's memory still counts)")
+
+
+@capacity_app.command("set")
+def capacity_set(instance_type: str, available: str = typer.Argument(..., help="a count, or 'unlimited'")) -> None:
+    """Set how many instances of a type may run at once; waiting nodes of the type retry at once."""
+    from lab.spec.catalog import check_instance_type
+
+    check_instance_type(instance_type)
+    if available != "unlimited" and (not available.isdigit()):
+        raise LabError(f"available '{available}' is not a count", "give a whole number >= 0, or 'unlimited'")
+    st = _store()
+    st.set_capacity(instance_type, None if available == "unlimited" else int(available))
+    n = st.retry_now(instance_type)
+    out.print(f"{instance_type}: {available} available; {n} waiting node(s) retry now")
+
+
+@capacity_app.command("load")
+def capacity_load(path: str) -> None:
+    """Apply a capacity file (limits now, arrivals counted from now)."""
+    load_capacity_file(_store(), path)
+    out.print(f"capacity from {path} applied")
 
 
 # ---------------------------------------------------------------- engine

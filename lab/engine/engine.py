@@ -52,6 +52,7 @@ class Engine:
 
     async def step(self) -> None:
         self.tasks = {k: t for k, t in self.tasks.items() if not t.done()}
+        self._apply_arrivals()
         for c in self.store.clusters():
             try:
                 await self._step_cluster(c.name)
@@ -65,7 +66,8 @@ class Engine:
         observed = {k: v.state for k, v in (await asyncio.to_thread(self.provider.observe, name)).items()}
         groups = self.store.groups(name)
         nodes = self.store.nodes(name)
-        p = planner.plan(c, groups, nodes, observed, self.busy(name), self.clock())
+        p = planner.plan(c, groups, nodes, observed, self.busy(name), self.clock(),
+                         limits=self.store.capacity(), used=self._used())
         for g in groups:
             st = p.group_status.get(g.name)
             if st and st != g.status:
@@ -85,7 +87,10 @@ class Engine:
                 self._create_node(name, a.group, a.ordinal)
                 created = True
         for a in p.actions:
-            if a.kind == "create_node":
+            if a.kind == "short":
+                self._short(name, a)
+        for a in p.actions:
+            if a.kind in ("create_node", "short"):
                 continue
             key = "join" if a.kind == "join" else ("delete" if a.kind == "delete_cluster" else a.node)
             if (name, key) in self.tasks and not self.tasks[(name, key)].done():
@@ -109,6 +114,51 @@ class Engine:
         for t in self.tasks.values():
             t.cancel()
         await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+
+    # ------------------------------------------------------------------ capacity
+    def _used(self):
+        from collections import Counter
+
+        from lab.capacity import HOLDING
+
+        used: Counter = Counter()
+        for c in self.store.clusters():
+            types = {g.name: g.instance_type for g in self.store.groups(c.name)}
+            for n in self.store.nodes(c.name):
+                if n.phase in HOLDING or (n.phase == "failed" and n.booted_at):
+                    used[types.get(n.grp)] += 1
+        return used
+
+    def _apply_arrivals(self) -> None:
+        now = self.clock()
+        for aid, t, due, count in self.store.pending_arrivals():
+            if due > now:
+                continue
+            res = self.store.apply_arrival(aid)
+            if res is None:
+                continue
+            waiting = self.store.retry_now(t)
+            for c in self.store.clusters():
+                if any(g.instance_type == t for g in self.store.groups(c.name)):
+                    self.store.add_event(c.name, "Cluster", "Info",
+                                         f"capacity arrived: {count} more {t} (now {res[1]} available); "
+                                         f"{waiting} waiting node(s) retry now")
+
+    def capacity_released(self, instance_type: str | None) -> None:
+        """A node of this type left: waiting nodes of the type try again at once."""
+        if instance_type:
+            self.store.retry_now(instance_type)
+
+    def _short(self, cluster: str, a: Action) -> None:
+        n = next((x for x in self.store.nodes(cluster) if x.name == a.node), None)
+        if n is None:
+            return
+        attempts = n.attempts + 1
+        delay = backoff(attempts, self.rng)
+        self.store.update_node(cluster, a.node, phase="failed", message=a.reason, attempts=attempts,
+                               retry_at=self.clock() + delay)
+        self.store.add_event(cluster, "Instance", "Warning", f"{a.node}: {a.reason} (next try in {delay:.0f} s)",
+                             grp=a.group, node=a.node)
 
     # ------------------------------------------------------------------ helpers
     def _create_node(self, cluster: str, group: str, ordinal: int) -> None:
@@ -222,9 +272,13 @@ class Engine:
             await asyncio.to_thread(self.configurer.leave, ctx, [a.node])
         await asyncio.to_thread(self.provider.remove, cluster, [a.node])
         self.store.delete_node(cluster, a.node)
+        self.capacity_released(next((g.instance_type for g in self.store.groups(cluster) if g.name == a.group), None))
         self.store.add_event(cluster, "Instance", "Info", f"{a.node}: removed", grp=a.group, node=a.node)
         await asyncio.to_thread(self._prepare, cluster)
 
     async def _do_delete_cluster(self, cluster: str, a: Action) -> None:
+        types = {g.instance_type for g in self.store.groups(cluster)}
         await asyncio.to_thread(self.provider.delete_cluster, cluster)
         self.store.delete_cluster(cluster)
+        for t in types:
+            self.capacity_released(t)

@@ -10,7 +10,10 @@ Node phases (internal) and their HyperPod status:
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
+
+from lab.capacity import short_of
 
 from lab.store.db import ClusterRow, GroupRow, NodeRow
 
@@ -31,6 +34,7 @@ class Action:
     group: str | None = None
     ordinal: int | None = None
     batch: tuple[str, ...] = ()
+    reason: str = ""
 
 
 @dataclass
@@ -52,8 +56,12 @@ def plan(
     observed: dict[str, str],
     busy: set[str],
     now: float,
+    limits: dict[str, int] | None = None,
+    used: "Counter | None" = None,
 ) -> Plan:
-    """`observed`: domain name -> libvirt state. `busy`: node names (and 'join') with work in flight."""
+    """`observed`: domain name -> libvirt state. `busy`: node names (and 'join') with work in flight.
+    `limits`: simulated capacity per instance type (absent type: unlimited); `used`: instances
+    held per type across the whole lab (every cluster)."""
     p = Plan()
     if cluster.status == "Deleting":
         if "delete" not in busy:
@@ -79,6 +87,17 @@ def plan(
     controller_groups = {g.name for g in groups if g.node_type == "Controller"}
     controller_ready = any(n.grp in controller_groups and n.phase == "running" for n in nodes)
     node_types = {g.name: g.node_type for g in groups}
+    instance_types = {g.name: g.instance_type for g in groups}
+    limits = limits or {}
+    used = Counter(used or {})
+
+    def launch_or_short(n: NodeRow) -> Action:
+        t = instance_types.get(n.grp, "")
+        why = short_of(t, limits, used)
+        if why:
+            return Action("short", node=n.name, group=n.grp, reason=why)
+        used[t] += 1
+        return Action("launch", node=n.name, group=n.grp)
 
     # 2. per node, the next step (controller first: nothing else starts before it runs)
     batch = []
@@ -95,10 +114,12 @@ def plan(
             p.actions.append(Action("lost", node=n.name, group=n.grp))
             continue
         if n.phase == "planned":
-            p.actions.append(Action("launch", node=n.name, group=n.grp))
+            p.actions.append(launch_or_short(n))
         elif n.phase == "failed" and n.retry_at <= now:
-            kind = "configure" if state == "running" and n.booted_at else "launch"
-            p.actions.append(Action(kind, node=n.name, group=n.grp))
+            if state == "running" and n.booted_at:
+                p.actions.append(Action("configure", node=n.name, group=n.grp))
+            else:
+                p.actions.append(launch_or_short(n))
         elif n.phase == "booted":
             p.actions.append(Action("configure", node=n.name, group=n.grp))
         elif n.phase == "configured" and node_types.get(n.grp) == "Compute":

@@ -123,8 +123,17 @@ class VagrantProvider:
                 atomic_write(cd.vagrantfile, text)
         return net
 
+    HOST_RESERVE_MIB = 1024
+
     def ensure(self, cluster: str, machine: MachineSpec) -> Observed:
         """Start the VM (create it if missing) and wait until it answers SSH."""
+        from lab.capacity import host_memory_available_mib
+
+        if machine.name not in self.observe(cluster):
+            free = host_memory_available_mib()
+            if free - machine.memory_mib < self.HOST_RESERVE_MIB:
+                raise LaunchError(f"InsufficientCapacity: the host has {free} MiB free; {machine.name} needs "
+                                  f"{machine.memory_mib} MiB plus {self.HOST_RESERVE_MIB} MiB kept for the host")
         network.add_host(cluster, machine.mac, machine.name, machine.address)
         self._vagrant(cluster, ["up", machine.name, "--provider", "libvirt", "--no-provision"], machine.name)
         obs = self.observe(cluster).get(machine.name)

@@ -37,6 +37,11 @@ CREATE TABLE IF NOT EXISTS events (
   resource_type TEXT NOT NULL, level TEXT NOT NULL, description TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS events_cluster ON events (cluster, id);
+CREATE TABLE IF NOT EXISTS capacity (instance_type TEXT PRIMARY KEY, available INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS arrivals (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, instance_type TEXT NOT NULL, due REAL NOT NULL,
+  count INTEGER NOT NULL, applied INTEGER NOT NULL DEFAULT 0
+);
 """
 
 
@@ -203,6 +208,49 @@ class Store:
     def delete_node(self, cluster: str, name: str) -> None:
         with self.tx() as db:
             db.execute("DELETE FROM nodes WHERE cluster=? AND name=?", (cluster, name))
+
+    # ---------------------------------------------------------------- capacity
+    def capacity(self) -> dict[str, int]:
+        with self._lock:
+            return {r[0]: r[1] for r in self._db.execute("SELECT instance_type, available FROM capacity")}
+
+    def set_capacity(self, instance_type: str, available: int | None) -> None:
+        with self.tx() as db:
+            if available is None:
+                db.execute("DELETE FROM capacity WHERE instance_type=?", (instance_type,))
+            else:
+                db.execute("INSERT OR REPLACE INTO capacity VALUES (?, ?)", (instance_type, available))
+
+    def add_arrival(self, instance_type: str, due: float, count: int) -> None:
+        with self.tx() as db:
+            db.execute("INSERT INTO arrivals (instance_type, due, count) VALUES (?,?,?)", (instance_type, due, count))
+
+    def pending_arrivals(self) -> list[tuple[int, str, float, int]]:
+        with self._lock:
+            return [tuple(r) for r in self._db.execute(
+                "SELECT id, instance_type, due, count FROM arrivals WHERE applied=0 ORDER BY due")]
+
+    def apply_arrival(self, arrival_id: int) -> tuple[str, int] | None:
+        """Add an arrival's count to its type's capacity, once. Returns (type, new available)."""
+        with self.tx() as db:
+            r = db.execute("SELECT instance_type, count FROM arrivals WHERE id=? AND applied=0", (arrival_id,)).fetchone()
+            if r is None:
+                return None
+            t, n = r
+            db.execute("UPDATE arrivals SET applied=1 WHERE id=?", (arrival_id,))
+            cur = db.execute("SELECT available FROM capacity WHERE instance_type=?", (t,)).fetchone()
+            if cur is None:  # unlimited already: nothing to add
+                return t, -1
+            db.execute("UPDATE capacity SET available=? WHERE instance_type=?", (cur[0] + n, t))
+            return t, cur[0] + n
+
+    def retry_now(self, instance_type: str) -> int:
+        """Failed nodes of this type retry at once (capacity appeared). Returns how many."""
+        with self.tx() as db:
+            cur = db.execute(
+                "UPDATE nodes SET retry_at=0 WHERE phase='failed' AND EXISTS (SELECT 1 FROM groups g WHERE "
+                "g.cluster=nodes.cluster AND g.name=nodes.grp AND g.instance_type=?)", (instance_type,))
+            return cur.rowcount
 
     # ---------------------------------------------------------------- events
     def add_event(self, cluster: str, resource_type: str, level: str, description: str,
