@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab.errors import CommandFailed, HostError
+from lab.errors import CommandFailed, HostError, LabError
 
 from . import builder as _b
 from . import recipe as _recipe
@@ -102,12 +102,12 @@ def build(
         marker = _added_marker(name)
         if marker and marker.get("inputs_hash") == h:
             progress(f"box up to date: {name} ({h})")
-            _b.cleanup_stale_if_idle(progress)
+            with contextlib.suppress(LabError):  # best effort: never fail an up-to-date build
+                _b.cleanup_stale_if_idle(progress)
             return _info(name, h, marker, added=True)
 
     say = _b.Clock(progress)
     with _b._sigterm_raises(), _b.build_lock(progress):
-        _b.cleanup_stale(progress)
         marker = _added_marker(name)
         if not force and marker and marker.get("inputs_hash") == h:
             progress(f"box up to date: {name} ({h})")  # another process built it meanwhile
@@ -115,6 +115,8 @@ def build(
 
         box = _b.box_file(h)
         if force or not box.is_file():
+            if _b.is_root():
+                _b.cleanup_stale(progress)  # before the space check: stale dirs hold space
             _b.check_build_host(_b.boxes_dir())
             progress(f"building box {name} from inputs {h}")
             recipe = _recipe.default_recipe()

@@ -79,9 +79,13 @@ def check_tools(tools: dict[str, str]) -> None:
         )
 
 
+def is_root() -> bool:
+    return os.geteuid() == 0
+
+
 def check_build_host(space_dir: Path) -> None:
     """Root, the tools (by Debian package), and ~3 GiB free in the cache: before touching anything."""
-    if os.geteuid() != 0:
+    if not is_root():
         raise HostError(
             "building the box needs root (loop devices, mount, chroot)",
             "run `sudo slurmlab box build` (or use a box that is already built)",
@@ -270,12 +274,12 @@ def teardown(work: Path) -> None:
 
 
 def _session_members(sid: int) -> list[int]:
-    """PIDs of the processes in session `sid` (from /proc/PID/stat)."""
+    """PIDs of the live (not zombie) processes in session `sid` (from /proc/PID/stat)."""
     pids = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         with contextlib.suppress(OSError, ValueError, IndexError):
             fields = stat.read_text().rsplit(")", 1)[1].split()
-            if int(fields[3]) == sid:
+            if int(fields[3]) == sid and fields[0] != "Z":
                 pids.append(int(stat.parent.name))
     return pids
 
@@ -323,7 +327,7 @@ def cleanup_stale(progress: Progress) -> None:
 def cleanup_stale_if_idle(progress: Progress) -> None:
     """Tear down leftovers of killed builds, unless a build is running (then it is its job)."""
     d = boxes_dir()
-    if not d.is_dir() or not any(p.is_dir() for p in d.glob(WORK_PREFIX + "*")):
+    if not is_root() or not d.is_dir() or not any(p.is_dir() for p in d.glob(WORK_PREFIX + "*")):
         return
     lock = FileLock(str(d / ".build.lock"))
     try:
@@ -582,7 +586,11 @@ def vagrant_add(name: str, box: Path, h: str, say: Clock) -> None:
             0,
             f"the added box in {d} does not carry inputs hash {h}",
         )
-    say("vagrant box add", "done")
+    # vagrant-libvirt uploads a box into the pool once and never refreshes it: drop stale copies
+    from lab.host import libvirtd
+
+    stale = libvirtd.prune_box_volumes(name, keep_newest=False)
+    say("vagrant box add", "done" + (f"; removed {len(stale)} stale copies from the pool" if stale else ""))
 
 
 def _remove_partial(name: str) -> None:

@@ -1,9 +1,10 @@
 #!/bin/sh
 # Turns a fresh mmdebstrap tree into the slurmlab node image.
 #
-# Runs on the host as mmdebstrap's --customize-hook: $1 is the image's root directory (already
-# the mounted ext4 filesystem). mmdebstrap keeps its own policy-rc.d (exit 101) in place while
-# hooks run, so nothing installed here starts a service. Every line of this file is part of the
+# Runs on the host as mmdebstrap's --customize-hook: $1 is the image's root directory (a plain
+# directory; builder.py later writes fstab and extlinux.conf and makes the ext4 filesystem from it).
+# mmdebstrap keeps its own policy-rc.d (exit 101) in place while hooks run, so nothing installed
+# here starts a service. Every line of this file is part of the
 # box's inputs hash: editing it makes `slurmlab box build` produce a new box.
 set -eu
 

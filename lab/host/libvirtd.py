@@ -236,3 +236,45 @@ def down() -> list[str]:
         run(["ip", "netns", "del", paths.netns()], check=False)
         done.append(f"namespace {paths.netns()} removed")
     return done
+
+
+def prune_box_volumes(box_name: str, keep_newest: bool = True) -> list[str]:
+    """Delete copies of a box's image that vagrant-libvirt left in the pool and no VM disk uses.
+
+    vagrant-libvirt uploads a box into the pool once per added box (the volume name carries the
+    box's timestamp), so every rebuilt box leaves its predecessor behind.
+    """
+    import xml.etree.ElementTree as ET
+
+    import libvirt
+
+    prefix = box_name.replace("/", "-VAGRANTSLASH-") + "_vagrant_box_image_"
+    try:
+        conn = connect()
+    except libvirt.libvirtError:
+        return []
+    removed = []
+    try:
+        try:
+            pool = conn.storagePoolLookupByName(POOL)
+        except libvirt.libvirtError:
+            return []
+        pool.refresh(0)
+        vols = pool.listAllVolumes()
+        backing = set()
+        for v in vols:
+            try:
+                path = ET.fromstring(v.XMLDesc(0)).findtext("backingStore/path")
+            except libvirt.libvirtError:
+                continue
+            if path:
+                backing.add(path)
+        box_vols = sorted((v for v in vols if v.name().startswith(prefix)), key=lambda v: v.name())
+        # keep the newest unless the box was just re-added (then every copy in the pool is stale)
+        for v in box_vols[:-1] if keep_newest else box_vols:
+            if v.path() not in backing:
+                v.delete(0)
+                removed.append(v.name())
+    finally:
+        conn.close()
+    return removed

@@ -178,6 +178,7 @@ class VagrantProvider:
             removed.append(f"domain {n}")
         if network.remove(cluster):
             removed.append(f"network {network.net_name(cluster)}")
+        libvirtd.prune_box_volumes(self.box)
         cd.remove()
         self._machines.pop(cluster, None)
         return removed

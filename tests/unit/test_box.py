@@ -423,3 +423,23 @@ def test_teardown_never_deletes_across_a_mount(homes, monkeypatch):
     with pytest.raises(HostError):
         b.teardown(work)
     assert work.exists()
+
+
+def test_stop_orphans_only_kills_the_stale_builds_session(tmp_path):
+    work = tmp_path / ".work-x"
+    work.mkdir()
+    ours = subprocess.Popen(["sh", "-c", "sleep 60 & wait", str(work)], start_new_session=True)
+    other = subprocess.Popen(["sh", "-c", "sleep 60 & wait", "unrelated"], start_new_session=True)
+    try:
+        (work / "session").write_text(f"{other.pid}\n")
+        b._stop_orphans(work, lambda s: None, grace=5)
+        assert other.poll() is None  # its command line does not name the work dir: left alone
+        (work / "session").write_text(f"{ours.pid}\n")
+        said = []
+        b._stop_orphans(work, said.append, grace=5)
+        assert ours.wait(timeout=5) is not None and "2 processes" in said[0]
+        assert b._session_members(ours.pid) == []
+    finally:
+        for p in (ours, other):
+            p.kill()
+            p.wait()
