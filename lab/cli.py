@@ -183,6 +183,21 @@ def _print_cluster(d: dict) -> None:
         out.print(f"  {g['InstanceGroupName']:<14} {g['InstanceType']:<14} {g['CurrentCount']}/{g['TargetCount']}  {g['Status']}")
 
 
+def _check_box(name: Optional[str]) -> None:
+    """The spec's box (or the default) must be added to Vagrant before any VM starts."""
+    from lab import box
+    from lab.errors import NotFound
+
+    name = name or box.DEFAULT_BOX
+    if name == box.DEFAULT_BOX:
+        if not box.is_current(name):
+            raise NotFound(f"box {name} is missing or out of date", "slurmlab box build")
+        return
+    if not any(b.name == name and b.added for b in box.list_boxes()):
+        raise NotFound(f"box {name} (Lab.Box in the spec) is not added to Vagrant",
+                       f"vagrant box add --name {name} FILE.box, or remove Lab.Box to use {box.DEFAULT_BOX}")
+
+
 @app.command("create-cluster")
 def create_cluster(
     spec: str = typer.Option(..., "--spec", help="cluster spec (YAML, HyperPod CreateCluster field names)"),
@@ -199,6 +214,7 @@ def create_cluster(
     from lab.spec import load_spec
 
     sp = load_spec(spec)
+    _check_box(sp.box)
     if capacity_file:
         capacity.load(capacity_file)  # validate before anything changes
     st = _store()
@@ -482,3 +498,5 @@ def main() -> None:
     except KeyboardInterrupt:
         err.print("interrupted")
         sys.exit(exitcodes.INTERRUPTED)
+
+
