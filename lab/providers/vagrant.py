@@ -25,28 +25,26 @@ log = logging.getLogger(__name__)
 STATE_NAMES = {0: "nostate", 1: "running", 2: "blocked", 3: "paused", 4: "shutdown", 5: "shutoff", 6: "crashed", 7: "pmsuspended"}
 
 
-def vagrant_exe() -> str:
-    """`vagrant`, or in netns mode a wrapper that runs it inside the lab's namespace."""
-    real = shutil.which("vagrant") or "/usr/bin/vagrant"
+def _netns_wrapper(tool: str) -> str:
+    """`tool`, or in netns mode a two-line script that runs it inside the lab's namespace."""
+    real = shutil.which(tool) or f"/usr/bin/{tool}"
     if not mode.uses_netns():
         return real
-    w = paths.home() / "bin" / "vagrant"
+    w = paths.home() / "bin" / tool
     body = f'#!/bin/sh\nexec ip netns exec {paths.netns()} {real} "$@"\n'
     if not w.exists() or w.read_text() != body:
         atomic_write(w, body, 0o755)
     return str(w)
+
+
+def vagrant_exe() -> str:
+    """python-vagrant's executable and ours: `vagrant` inside the lab's namespace."""
+    return _netns_wrapper("vagrant")
 
 
 def ssh_exe() -> str:
-    """`ssh`, or a wrapper that runs it inside the lab's namespace (ansible's ssh_executable)."""
-    real = shutil.which("ssh") or "/usr/bin/ssh"
-    if not mode.uses_netns():
-        return real
-    w = paths.home() / "bin" / "ssh"
-    body = f'#!/bin/sh\nexec ip netns exec {paths.netns()} {real} "$@"\n'
-    if not w.exists() or w.read_text() != body:
-        atomic_write(w, body, 0o755)
-    return str(w)
+    """`ssh` inside the lab's namespace (Ansible's ssh_executable, `slurmlab ssh`)."""
+    return _netns_wrapper("ssh")
 
 
 def _vagrant_env() -> dict[str, str]:
