@@ -41,6 +41,7 @@ def main() -> None:
     os.environ["SLURMLAB_HOME"] = str(home)
     sys.path.insert(0, str(REPO))
     from lab.engine import daemon
+    from lab.host import kvm
     from lab.spec import load_spec
 
     name = load_spec(spec).name
@@ -82,7 +83,7 @@ def main() -> None:
             "join_latency_s": {k: round(v, 1) for k, v in sorted(join.items())},
             "join_batches": joins,
             "ratio_join_latency_to_boot_to_ssh": round(statistics.mean(join.values()) / statistics.mean(boot.values()), 2),
-            "kvm": os.path.exists("/dev/kvm"),
+            "driver": kvm.detect().driver,
         }
     finally:
         sl("delete-cluster", name, check=False, timeout=900)

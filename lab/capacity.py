@@ -9,6 +9,9 @@ refusal is InsufficientCapacity: an event, a Degraded group, a retry when capaci
         available: 1
         arrivals:
           - {after_seconds: 120, count: 1}
+    faults:                      # optional: transient launch failures, reproducible from the seed
+      seed: 7
+      launch_failure_rate: 0.2   # 0..1, the chance that one launch attempt fails
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from lab.spec.catalog import check_instance_type
 from lab.spec.problems import Problem, SpecInvalid
 
 # Phases in which a node holds an instance of its type.
-HOLDING = {"launching", "booted", "configuring", "configured", "joining", "running", "removing"}
+HOLDING = {"launching", "booted", "configuring", "configured", "joining", "running", "removing", "rebooting",
+           "replacing"}
 
 
 @dataclass(frozen=True)
@@ -31,10 +35,46 @@ class Arrival:
     count: int
 
 
+@dataclass(frozen=True)
+class Faults:
+    seed: int = 0
+    launch_failure_rate: float = 0.0
+
+
 @dataclass
 class CapacityFile:
     available: dict[str, int] = field(default_factory=dict)
     arrivals: dict[str, list[Arrival]] = field(default_factory=dict)
+    faults: Faults | None = None
+
+
+def apply(st, cap: CapacityFile, now: float | None = None) -> None:
+    """Write a parsed capacity file into the store: limits now (nodes waiting for a type that got
+    more retry at once), arrivals counted from `now`, faults if the file has the key."""
+    import time
+
+    now = time.time() if now is None else now
+    for t, n in cap.available.items():
+        st.set_capacity(t, n)
+        st.retry_now(t)
+    for t, arrivals in cap.arrivals.items():
+        for a in arrivals:
+            st.add_arrival(t, now + a.after_seconds, a.count)
+    if cap.faults is not None:
+        st.set_faults(cap.faults.seed, cap.faults.launch_failure_rate)
+
+
+def launch_fault(faults: dict, cluster: str, node: str, generation: int, attempt: int) -> str | None:
+    """Whether this launch attempt fails by injection (same seed, same answer); the reason if so."""
+    import random
+
+    rate = float((faults or {}).get("launch_failure_rate") or 0)
+    if rate <= 0:
+        return None
+    seed = (faults or {}).get("seed") or 0
+    if random.Random(f"{seed}/{cluster}/{node}/{generation}/{attempt}").random() >= rate:
+        return None
+    return f"injected launch failure (faults: launch_failure_rate {rate:g}, seed {seed}); transient, retried"
 
 
 def in_use(nodes, types_by_group: dict[str, str]) -> Counter:
@@ -62,11 +102,13 @@ def parse(text: str, source: str = "<capacity>") -> CapacityFile:
     data = doc.data if doc.data is not None else {}
     out = CapacityFile()
     if not isinstance(data, dict):
-        bad((), "must be a mapping with the key instance_types")
+        bad((), "must be a mapping with the keys instance_types and/or faults")
         raise SpecInvalid(problems, source, "capacity file")
     for k in data:
-        if k != "instance_types":
-            bad((k,), f"unknown key '{k}'", "the only top-level key is instance_types")
+        if k not in ("instance_types", "faults"):
+            bad((k,), f"unknown key '{k}'", "the top-level keys are instance_types and faults")
+    if "faults" in data:
+        out.faults = _faults(data["faults"], bad)
     types = data.get("instance_types") or {}
     if not isinstance(types, dict):
         bad(("instance_types",), "must map instance types to {available, arrivals}")
@@ -108,6 +150,29 @@ def parse(text: str, source: str = "<capacity>") -> CapacityFile:
     if problems:
         raise SpecInvalid(problems, source, "capacity file")
     return out
+
+
+def _faults(v, bad) -> Faults | None:
+    loc = ("faults",)
+    if v is None:
+        return Faults()
+    if not isinstance(v, dict):
+        bad(loc, "must be a mapping: {seed: N, launch_failure_rate: R}")
+        return None
+    ok = True
+    for k in v:
+        if k not in ("seed", "launch_failure_rate"):
+            bad((*loc, k), f"unknown key '{k}'", "use seed and launch_failure_rate")
+            ok = False
+    seed = v.get("seed", 0)
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        bad((*loc, "seed"), f"must be a whole number, not {seed!r}")
+        ok = False
+    rate = v.get("launch_failure_rate", 0)
+    if not isinstance(rate, (int, float)) or isinstance(rate, bool) or not 0 <= rate <= 1:
+        bad((*loc, "launch_failure_rate"), f"must be a number from 0 to 1, not {rate!r}", "e.g. 0.2 fails one launch in five")
+        ok = False
+    return Faults(seed, float(rate)) if ok else None
 
 
 def load(path: str | Path) -> CapacityFile:

@@ -79,25 +79,43 @@ def stop(timeout: float = 30) -> bool:
 
 
 def make_provider(name: str):
+    """The provider a cluster was created with: "vagrant" (real VMs) or "sim" (simulated VMs)."""
     if name == "vagrant":
         from lab.providers.vagrant import VagrantProvider
 
         return VagrantProvider()
+    if name == "sim":
+        from lab.providers.sim import SimProvider
+
+        # The simulated VMs outlive the engine (as libvirt domains do): a restarted engine finds them.
+        return SimProvider(boot_time=float(os.environ.get("SLURMLAB_SIM_BOOT_TIME", "1.0")),
+                           path=paths.home() / "sim-vms.db")
     raise ValueError(f"unknown provider {name!r}")
 
 
 def make_configurer(name: str):
+    if name == "sim":
+        from lab.providers.sim import SimConfigurer
+
+        return SimConfigurer()
     from lab.configure.ansible import AnsibleConfigurer
     from lab.providers.vagrant import ssh_exe
 
     return AnsibleConfigurer(ssh_exe())
 
 
-async def serve_forever(idle_exit: float = 5.0) -> None:
+def make_engine(st: Store):
+    """The daemon's engine: each cluster built by its own provider, made on first use."""
     from lab.engine.engine import Engine
+    from lab.engine.plan import LEGACY_ATTEMPTS
 
+    return Engine(st, provider_factory=make_provider, configurer_factory=make_configurer,
+                  max_attempts=int(os.environ.get("SLURMLAB_LEGACY_ATTEMPTS", LEGACY_ATTEMPTS)))
+
+
+async def serve_forever(idle_exit: float = 5.0) -> None:
     st = store()
-    engine = Engine(st, make_provider("vagrant"), make_configurer("vagrant"))
+    engine = make_engine(st)
     stop_ev = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -119,6 +137,29 @@ async def serve_forever(idle_exit: float = 5.0) -> None:
     await engine.drain()
 
 
+def _end_orphans_of_previous_engine() -> None:
+    """A killed engine leaves its vagrant/ansible children running in its process group (it was a
+    session leader, so the group id is its pid). End that group: its work is redone on resume."""
+    try:
+        old = int(pid_path().read_text())
+    except (OSError, ValueError):
+        return
+    if old == os.getpid():
+        return
+    try:
+        os.kill(old, 0)
+        return  # still alive: not ours to touch (the lock says it is not an engine any more, though)
+    except ProcessLookupError:
+        pass
+    except PermissionError:
+        return
+    try:
+        os.killpg(old, signal.SIGTERM)
+        log.info("ended leftover processes of the previous engine (process group %d)", old)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     paths.home().mkdir(parents=True, exist_ok=True)
@@ -128,6 +169,7 @@ def main() -> None:
     except Timeout:
         log.info("another engine holds %s: exiting", lock_path())
         return
+    _end_orphans_of_previous_engine()
     pid_path().write_text(str(os.getpid()))
     log.info("engine %d started, state %s", os.getpid(), paths.home())
     try:

@@ -1,11 +1,16 @@
-"""Pure planning: from the recorded cluster and what libvirt shows, the next actions.
+"""Pure planning: from the recorded cluster and what the provider shows, the next actions.
 
 No I/O here; unit tests cover it branch by branch. The engine executes the actions elsewhere and
-plans again (level-triggered).
+plans again (level-triggered). One pass is linear in the number of nodes.
 
 Node phases (internal) and their HyperPod status:
-  planned, launching, booted, configuring, configured, joining -> Pending
-  running -> Running;  failed -> Failure (retried at retry_at);  removing -> ShuttingDown
+  planned, launching, booted, configuring, configured, joining, rebooting -> Pending
+  running -> Running;  failed (retried at retry_at), lost (not replaced: NodeRecovery None) -> Failure
+  removing, replacing -> ShuttingDown
+
+A phase found with no task in flight (the engine was killed, or just started) is resumed: launching
+-> launch again (idempotent), configuring -> configure again, joining -> join again, removing ->
+remove again, rebooting / replacing -> again.
 """
 
 from __future__ import annotations
@@ -14,22 +19,25 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from lab.capacity import short_of
-
 from lab.store.db import ClusterRow, GroupRow, NodeRow
 
-PENDING = {"planned", "launching", "booted", "configuring", "configured", "joining"}
+PENDING = {"planned", "launching", "booted", "configuring", "configured", "joining", "rebooting"}
 VM_UP_PHASES = {"booted", "configuring", "configured", "joining", "running"}
+LEGACY_ATTEMPTS = 3
 
 
 def node_status(phase: str) -> str:
     if phase in PENDING:
         return "Pending"
-    return {"running": "Running", "failed": "Failure", "removing": "ShuttingDown"}.get(phase, "Pending")
+    return {"running": "Running", "failed": "Failure", "lost": "Failure", "removing": "ShuttingDown",
+            "replacing": "ShuttingDown"}.get(phase, "Pending")
 
 
 @dataclass(frozen=True)
 class Action:
-    kind: str  # create_node | launch | configure | join | lost | remove | delete_cluster
+    # create_node | launch | short | configure | join | lost | keep_lost | remove | orphan | reboot | replace
+    # | drop_group | rollback | rollback_cluster | delete_cluster
+    kind: str
     node: str | None = None
     group: str | None = None
     ordinal: int | None = None
@@ -43,10 +51,38 @@ class Plan:
     cluster_status: str | None = None
     group_status: dict[str, str] = field(default_factory=dict)
     full_size: bool = False
+    settled: set[str] = field(default_factory=set)  # groups at their target, every node running, none leaving
+    current: dict[str, int] = field(default_factory=dict)  # running nodes per group
 
 
-def _current(nodes: list[NodeRow], group: str) -> int:
-    return sum(1 for n in nodes if n.grp == group and n.phase == "running")
+def is_continuous(cluster: ClusterRow) -> bool:
+    return (cluster.spec or {}).get("NodeProvisioningMode") == "Continuous"
+
+
+def node_recovery(cluster: ClusterRow) -> str:
+    return (cluster.spec or {}).get("NodeRecovery") or "Automatic"
+
+
+def leaving(n: NodeRow) -> bool:
+    return n.phase == "removing" or n.pending == "delete"
+
+
+def free_ordinals(members: list[NodeRow], k: int) -> list[int]:
+    """The k lowest ordinals (from 1) no node of the group holds."""
+    taken = {n.ordinal for n in members}
+    out, o = [], 1
+    while len(out) < k:
+        if o not in taken:
+            out.append(o)
+        o += 1
+    return out
+
+
+def group_settled(g: GroupRow, members: list[NodeRow]) -> bool:
+    if g.status == "Deleting":
+        return not members
+    return (len(members) == g.target_count and not any(leaving(n) or n.pending for n in members)
+            and all(n.phase == "running" for n in members))
 
 
 def plan(
@@ -58,93 +94,178 @@ def plan(
     now: float,
     limits: dict[str, int] | None = None,
     used: "Counter | None" = None,
+    *,
+    max_attempts: int = LEGACY_ATTEMPTS,
 ) -> Plan:
-    """`observed`: domain name -> libvirt state. `busy`: node names (and 'join') with work in flight.
-    `limits`: simulated capacity per instance type (absent type: unlimited); `used`: instances
-    held per type across the whole lab (every cluster)."""
+    """`observed`: VM name -> state. `busy`: node names (and 'join', 'delete', 'rollback', 'io') with work
+    in flight. `limits`: simulated capacity per instance type (absent type: unlimited); `used`: instances
+    held per type across the whole lab; launches planned here are added to it (so one Counter shared by
+    every cluster of a pass never over-commits)."""
     p = Plan()
     if cluster.status == "Deleting":
         if "delete" not in busy:
             p.actions.append(Action("delete_cluster"))
         return p
-    if cluster.status in ("Failed", "RollingBack"):
+    if cluster.status == "Failed":
+        return p
+    if cluster.status == "RollingBack" and cluster.in_service_at is None:
+        # a legacy create that could not finish: everything goes, then Failed
+        if "rollback" not in busy:
+            p.actions.append(Action("rollback_cluster"))
         return p
 
-    by_group: dict[str, list[NodeRow]] = {}
+    continuous = is_continuous(cluster)
+    recovery = node_recovery(cluster)
+    limits = limits or {}
+    used = used if used is not None else Counter()
+    gmap = {g.name: g for g in groups}
+    by_group: dict[str, list[NodeRow]] = {g.name: [] for g in groups}
+    names = set()
     for n in nodes:
         by_group.setdefault(n.grp, []).append(n)
+        names.add(n.name)
 
-    # 1. records for missing ordinals; surplus nodes leave (highest ordinal first)
+    # 0. VMs the provider shows that no record owns: orphans (a record is written before any launch)
+    for vm in observed:
+        if vm not in names and vm not in busy:
+            p.actions.append(Action("orphan", node=vm))
+
+    # 1. legacy mode: a group that cannot reach its count within its attempts -> roll back
+    if not continuous and cluster.status in ("Creating", "Updating"):
+        for n in nodes:
+            g = gmap.get(n.grp)
+            if g is None or g.status == "Deleting" or leaving(n):
+                continue
+            if (n.phase == "failed" and n.attempts >= max_attempts) or n.phase == "lost":
+                why = n.message or n.phase
+                p.actions = [Action("rollback", node=n.name, group=n.grp,
+                                    reason=f"instance group {n.grp} could not reach {g.target_count} "
+                                           f"instance(s) after {n.attempts} attempt(s): {why}")]
+                return p
+
+    # 2. counts: records for missing nodes; surplus nodes leave (not-running first, then highest ordinal)
+    surplus: set[str] = set()
     for g in groups:
-        have = {n.ordinal for n in by_group.get(g.name, []) if n.phase != "removing"}
-        for o in range(1, g.target_count + 1):
-            if o not in have:
+        members = by_group.get(g.name, [])
+        active = [n for n in members if not leaving(n)]
+        target = 0 if g.status == "Deleting" else g.target_count
+        if len(active) < target:
+            for o in free_ordinals(members, target - len(active)):
                 p.actions.append(Action("create_node", group=g.name, ordinal=o))
-        for n in by_group.get(g.name, []):
-            if n.ordinal > g.target_count and n.phase != "removing" and n.name not in busy:
-                p.actions.append(Action("remove", node=n.name, group=g.name))
+        elif len(active) > target:
+            for n in sorted(active, key=lambda n: (n.phase == "running", -n.ordinal))[: len(active) - target]:
+                surplus.add(n.name)
+        if g.status == "Deleting" and not members:
+            p.actions.append(Action("drop_group", group=g.name))
+    # Leaving nodes that joined Slurm leave it first, in one batch (drain, slurm.conf, one reconfigure);
+    # then each VM is destroyed. A join and a leave never run at once (both rewrite slurm.conf).
+    leave_batch = []
+    for n in nodes:
+        if n.grp not in gmap and not leaving(n):
+            surplus.add(n.name)  # its group is gone
+        if (n.name in surplus or leaving(n)) and n.name not in busy:
+            if n.phase == "removing" and n.retry_at > now:
+                continue  # a remove that failed waits for its retry time
+            g = gmap.get(n.grp)
+            if n.joined_at is not None and (g is None or g.node_type != "Controller"):
+                leave_batch.append(n.name)
+            else:
+                p.actions.append(Action("remove", node=n.name, group=n.grp))
+    if leave_batch and "join" not in busy:
+        p.actions.append(Action("leave", batch=tuple(sorted(leave_batch))))
 
     controller_groups = {g.name for g in groups if g.node_type == "Controller"}
-    controller_ready = any(n.grp in controller_groups and n.phase == "running" for n in nodes)
-    node_types = {g.name: g.node_type for g in groups}
-    instance_types = {g.name: g.instance_type for g in groups}
-    limits = limits or {}
-    used = Counter(used or {})
+    controller_ready = any(n.phase == "running" for g in controller_groups for n in by_group.get(g, ()))
 
-    def launch_or_short(n: NodeRow) -> Action:
-        t = instance_types.get(n.grp, "")
+    def launch_or_short(n: NodeRow, t: str) -> Action:
         why = short_of(t, limits, used)
         if why:
             return Action("short", node=n.name, group=n.grp, reason=why)
         used[t] += 1
         return Action("launch", node=n.name, group=n.grp)
 
-    # 2. per node, the next step (controller first: nothing else starts before it runs)
+    # 3. per node, the next step. Continuous: the controller first, nothing else launches before it
+    # runs. Legacy: every VM launches at once; configuring still waits for the controller.
     batch = []
     for n in nodes:
-        if n.name in busy or n.phase == "removing":
+        if n.name in busy or n.name in surplus or leaving(n):
             continue
-        if n.ordinal > next((g.target_count for g in groups if g.name == n.grp), 0):
+        g = gmap.get(n.grp)
+        if g is None:
             continue
-        is_ctl = n.grp in controller_groups
-        if not is_ctl and not controller_ready:
-            continue
+        is_ctl = g.node_type == "Controller"
+        may_launch = is_ctl or controller_ready or not continuous
+        may_configure = is_ctl or controller_ready
         state = observed.get(n.name)
+        if n.pending == "replace" or n.phase == "replacing":
+            p.actions.append(Action("replace", node=n.name, group=n.grp))
+            continue
+        if n.pending == "reboot" or n.phase == "rebooting":
+            p.actions.append(Action("reboot", node=n.name, group=n.grp, reason=state or "missing"))
+            continue
         if n.phase in VM_UP_PHASES and state != "running":
-            p.actions.append(Action("lost", node=n.name, group=n.grp))
+            kind = "lost" if recovery == "Automatic" else "keep_lost"
+            p.actions.append(Action(kind, node=n.name, group=n.grp, reason=state or "missing"))
             continue
         if n.phase == "planned":
-            p.actions.append(launch_or_short(n))
+            if may_launch:
+                p.actions.append(launch_or_short(n, g.instance_type))
+        elif n.phase == "launching":
+            if may_launch:  # resumed: it already holds its instance
+                p.actions.append(Action("launch", node=n.name, group=n.grp))
         elif n.phase == "failed" and n.retry_at <= now:
             if state == "running" and n.booted_at:
+                if may_configure:
+                    p.actions.append(Action("configure", node=n.name, group=n.grp))
+            elif may_launch:
+                if state is not None and n.booted_at:  # its VM is there (stopped): start it again
+                    p.actions.append(Action("launch", node=n.name, group=n.grp))
+                else:
+                    p.actions.append(launch_or_short(n, g.instance_type))
+        elif n.phase in ("booted", "configuring"):
+            if may_configure:
                 p.actions.append(Action("configure", node=n.name, group=n.grp))
-            else:
-                p.actions.append(launch_or_short(n))
-        elif n.phase == "booted":
-            p.actions.append(Action("configure", node=n.name, group=n.grp))
-        elif n.phase == "configured" and node_types.get(n.grp) == "Compute":
-            batch.append(n.name)
-    if batch and "join" not in busy:
+        elif n.phase in ("configured", "joining"):
+            if g.node_type == "Compute":
+                batch.append(n.name)
+            elif may_configure:
+                p.actions.append(Action("configure", node=n.name, group=n.grp))
+    if batch and "join" not in busy and not leave_batch and controller_ready:
         p.actions.append(Action("join", batch=tuple(sorted(batch))))
 
-    # 3. statuses
+    # 4. statuses
     logins = [g.name for g in groups if g.node_type == "Login"]
-    login_ready = not logins or any(n.grp in logins and n.phase == "running" for n in nodes)
-    full = all(_current(nodes, g.name) >= g.target_count for g in groups)
-    p.full_size = full
+    login_ready = not logins or any(n.phase == "running" for g in logins for n in by_group.get(g, ()))
+    full = True
     for g in groups:
-        cur = _current(nodes, g.name)
-        failed = any(n.grp == g.name and n.phase == "failed" for n in nodes)
-        if cur >= g.target_count and not any(n.grp == g.name and n.phase == "removing" for n in nodes):
+        members = by_group.get(g.name, [])
+        cur = sum(1 for n in members if n.phase == "running")
+        p.current[g.name] = cur
+        settled = group_settled(g, members)
+        if settled:
+            p.settled.add(g.name)
+        if g.status == "Deleting":
+            full = False
+            continue
+        if g.status == "Failed":
+            full = False
+            continue
+        active = [n for n in members if not leaving(n) and n.name not in surplus]
+        if cur < g.target_count:
+            full = False
+        if settled:
             p.group_status[g.name] = "InService"
-        elif failed:
+        elif any(n.phase in ("failed", "lost") for n in active):
             p.group_status[g.name] = "Degraded"
         elif cluster.status != "Creating" and g.status in ("InService", "Updating", "Degraded"):
             p.group_status[g.name] = "Updating"
         else:
             p.group_status[g.name] = "Creating"
-    if cluster.status == "Creating" and controller_ready and login_ready:
-        p.cluster_status = "InService"
-    elif cluster.status == "Updating" and full:
+    p.full_size = full
+    if cluster.status == "Creating":
+        if (continuous and controller_ready and login_ready) or (not continuous and full):
+            p.cluster_status = "InService"
+    elif cluster.status in ("Updating", "RollingBack") and full and all(
+            g.name in p.settled for g in groups):
         p.cluster_status = "InService"
     return p

@@ -152,6 +152,14 @@ class VagrantProvider:
         finally:
             conn.close()
 
+    def reboot(self, cluster: str, name: str) -> Observed:
+        """Restart the VM (start it if it is shut off) and wait until it answers SSH again."""
+        self._vagrant(cluster, ["reload", name, "--no-provision"], name)
+        obs = self.observe(cluster).get(name)
+        if not obs or obs.state != "running":
+            raise LaunchError(f"{name}: vagrant reload returned but the domain is {obs.state if obs else 'missing'}")
+        return obs
+
     def remove(self, cluster: str, names: list[str]) -> None:
         for name in names:
             try:

@@ -1,4 +1,9 @@
-"""The store: one SQLite file under $SLURMLAB_HOME, schema versioned, every change a transaction."""
+"""The store: one SQLite file under $SLURMLAB_HOME, schema versioned, every change a transaction.
+
+Several processes use the file at once (the engine, the CLI, the API server); each change is one
+transaction, and `snapshot()` reads a cluster, its groups and its nodes in one read transaction so
+the engine never plans from a half-applied request.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +13,10 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -30,11 +35,13 @@ CREATE TABLE IF NOT EXISTS nodes (
   instance_id TEXT NOT NULL, address TEXT NOT NULL, mac TEXT NOT NULL,
   phase TEXT NOT NULL, message TEXT NOT NULL DEFAULT '', attempts INTEGER NOT NULL DEFAULT 0,
   retry_at REAL NOT NULL DEFAULT 0, launched_at REAL, booted_at REAL, joined_at REAL,
+  pending TEXT, generation INTEGER NOT NULL DEFAULT 0,
   PRIMARY KEY (cluster, name)
 );
 CREATE TABLE IF NOT EXISTS events (
   id INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL, cluster TEXT NOT NULL, grp TEXT, node TEXT,
-  resource_type TEXT NOT NULL, level TEXT NOT NULL, description TEXT NOT NULL
+  resource_type TEXT NOT NULL, level TEXT NOT NULL, description TEXT NOT NULL,
+  operation_id TEXT, instance_id TEXT
 );
 CREATE INDEX IF NOT EXISTS events_cluster ON events (cluster, id);
 CREATE TABLE IF NOT EXISTS capacity (instance_type TEXT PRIMARY KEY, available INTEGER NOT NULL);
@@ -42,7 +49,21 @@ CREATE TABLE IF NOT EXISTS arrivals (
   id INTEGER PRIMARY KEY AUTOINCREMENT, instance_type TEXT NOT NULL, due REAL NOT NULL,
   count INTEGER NOT NULL, applied INTEGER NOT NULL DEFAULT 0
 );
+CREATE TABLE IF NOT EXISTS operations (
+  id TEXT PRIMARY KEY, cluster TEXT NOT NULL, kind TEXT NOT NULL, groups TEXT NOT NULL, nodes TEXT NOT NULL,
+  status TEXT NOT NULL, created_at REAL NOT NULL, finished_at REAL, message TEXT NOT NULL DEFAULT '',
+  undo TEXT
+);
+CREATE INDEX IF NOT EXISTS operations_cluster ON operations (cluster, status);
 """
+
+# Columns added after schema 1: (table, column, declaration). A schema-1 file is upgraded in place.
+ADDED_COLUMNS = [
+    ("nodes", "pending", "TEXT"),
+    ("nodes", "generation", "INTEGER NOT NULL DEFAULT 0"),
+    ("events", "operation_id", "TEXT"),
+    ("events", "instance_id", "TEXT"),
+]
 
 
 @dataclass
@@ -88,6 +109,8 @@ class NodeRow:
     launched_at: float | None = None
     booted_at: float | None = None
     joined_at: float | None = None
+    pending: str | None = None  # a request on the node: delete | reboot | replace (written by the API side)
+    generation: int = 0  # bumped each time the node gets a new instance (replace, recovery)
 
 
 @dataclass
@@ -100,14 +123,53 @@ class EventRow:
     resource_type: str
     level: str
     description: str
+    operation_id: str | None = None
+    instance_id: str | None = None
+
+
+@dataclass
+class OperationRow:
+    """One API request that changes the cluster (UpdateCluster, BatchAddClusterNodes, ...), in flight
+    until the engine sees its groups (or nodes) settled."""
+
+    id: str
+    cluster: str
+    kind: str
+    groups: list[str]
+    nodes: list[str]
+    status: str  # InProgress | Completed | Failed
+    created_at: float
+    finished_at: float | None = None
+    message: str = ""
+    undo: dict | None = field(default=None)
+
+
+_JSON = {"spec", "partitions", "groups", "nodes", "undo"}
+_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
 def _row(cls, r: sqlite3.Row):
-    d = dict(r)
-    for k in ("spec", "partitions"):
-        if k in d and isinstance(d[k], str):
-            d[k] = json.loads(d[k])
-    return cls(**{f.name: d[f.name] for f in fields(cls)})
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(f.name for f in fields(cls))
+    keys = r.keys()
+    vals = {}
+    for k in names:
+        if k not in keys:
+            continue
+        v = r[k]
+        if k in _JSON and isinstance(v, str):
+            v = json.loads(v)
+        vals[k] = v
+    return cls(**vals)
+
+
+def _node_row(r: tuple) -> NodeRow:
+    # The hot path (every engine step reads every node): positional, no dict.
+    return NodeRow(*r)
+
+
+_NODE_COLS = ",".join(f.name for f in fields(NodeRow))
 
 
 class Store:
@@ -115,30 +177,74 @@ class Store:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._lock = threading.RLock()
+        self._depth = 0
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30)
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
+        got = None
+        if self._db.execute("SELECT 1 FROM sqlite_master WHERE name='meta'").fetchone():
+            got = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        if got is not None and int(got[0]) > SCHEMA_VERSION:
+            raise RuntimeError(f"state schema {got[0]} is newer than {SCHEMA_VERSION}: move {path} away")
         self._db.executescript(SCHEMA)
-        got = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        self._migrate()
         if got is None:
-            self._db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-        elif int(got[0]) != SCHEMA_VERSION:
-            raise RuntimeError(f"state schema {got[0]} is not {SCHEMA_VERSION}: move {path} away")
+            self._db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+
+    def _migrate(self) -> None:
+        with self.tx() as db:
+            for table, col, decl in ADDED_COLUMNS:
+                have = {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
+                if col not in have:
+                    db.execute(f"ALTER TABLE {table} ADD COLUMN {col} {decl}")
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
 
     @contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction; nested calls (same thread) join the outer one."""
         with self._lock:
+            if self._depth:
+                self._depth += 1
+                try:
+                    yield self._db
+                finally:
+                    self._depth -= 1
+                return
             self._db.execute("BEGIN IMMEDIATE")
+            self._depth = 1
             try:
                 yield self._db
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
+            finally:
+                self._depth = 0
 
     def close(self) -> None:
         self._db.close()
+
+    # ---------------------------------------------------------------- meta
+    def meta(self, key: str, default=None):
+        with self._lock:
+            r = self._db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return json.loads(r[0]) if r else default
+
+    def set_meta(self, key: str, value) -> None:
+        with self.tx() as db:
+            if value is None:
+                db.execute("DELETE FROM meta WHERE key=?", (key,))
+            else:
+                db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, json.dumps(value)))
+
+    def faults(self) -> dict:
+        """Injected faults: {"seed": int, "launch_failure_rate": float}, or {} (none)."""
+        return self.meta("faults", {}) or {}
+
+    def set_faults(self, seed: int | None, launch_failure_rate: float) -> None:
+        self.set_meta("faults", {"seed": seed or 0, "launch_failure_rate": float(launch_failure_rate)}
+                      if launch_failure_rate else None)
 
     # ---------------------------------------------------------------- clusters
     def add_cluster(self, c: ClusterRow, groups: list[GroupRow]) -> None:
@@ -158,6 +264,10 @@ class Store:
         with self.tx() as db:
             self._put_group(db, g)
 
+    def delete_group(self, cluster: str, name: str) -> None:
+        with self.tx() as db:
+            db.execute("DELETE FROM groups WHERE cluster=? AND name=?", (cluster, name))
+
     def cluster(self, name: str) -> ClusterRow | None:
         with self._lock:
             r = self._db.execute("SELECT * FROM clusters WHERE name=?", (name,)).fetchone()
@@ -169,13 +279,15 @@ class Store:
         return [_row(ClusterRow, r) for r in rows]
 
     def update_cluster(self, name: str, **vals) -> None:
+        if "spec" in vals and not isinstance(vals["spec"], str):
+            vals["spec"] = json.dumps(vals["spec"])
         with self.tx() as db:
             sets = ",".join(f"{k}=?" for k in vals)
             db.execute(f"UPDATE clusters SET {sets} WHERE name=?", (*vals.values(), name))
 
     def delete_cluster(self, name: str) -> None:
         with self.tx() as db:
-            for t in ("nodes", "groups", "events"):
+            for t in ("nodes", "groups", "events", "operations"):
                 db.execute(f"DELETE FROM {t} WHERE cluster=?", (name,))
             db.execute("DELETE FROM clusters WHERE name=?", (name,))
 
@@ -189,16 +301,45 @@ class Store:
             sets = ",".join(f"{k}=?" for k in vals)
             db.execute(f"UPDATE groups SET {sets} WHERE cluster=? AND name=?", (*vals.values(), cluster, name))
 
+    def snapshot(self, cluster: str) -> tuple[ClusterRow | None, list[GroupRow], list[NodeRow]]:
+        """The cluster, its groups and its nodes as of one instant (one read transaction)."""
+        with self._lock:
+            own = not self._depth
+            if own:
+                self._db.execute("BEGIN")
+            try:
+                r = self._db.execute("SELECT * FROM clusters WHERE name=?", (cluster,)).fetchone()
+                groups = self._db.execute("SELECT * FROM groups WHERE cluster=? ORDER BY rowid", (cluster,)).fetchall()
+                cur = self._db.execute(f"SELECT {_NODE_COLS} FROM nodes WHERE cluster=? ORDER BY grp, ordinal", (cluster,))
+                cur.row_factory = None
+                nodes = cur.fetchall()
+            finally:
+                if own:
+                    self._db.execute("COMMIT")
+        return (_row(ClusterRow, r) if r else None, [_row(GroupRow, g) for g in groups], [_node_row(n) for n in nodes])
+
     # ---------------------------------------------------------------- nodes
     def nodes(self, cluster: str) -> list[NodeRow]:
         with self._lock:
-            rows = self._db.execute("SELECT * FROM nodes WHERE cluster=? ORDER BY grp, ordinal", (cluster,)).fetchall()
-        return [_row(NodeRow, r) for r in rows]
+            cur = self._db.execute(f"SELECT {_NODE_COLS} FROM nodes WHERE cluster=? ORDER BY grp, ordinal", (cluster,))
+            cur.row_factory = None
+            rows = cur.fetchall()
+        return [_node_row(r) for r in rows]
 
-    def add_node(self, n: NodeRow) -> None:
+    def node(self, cluster: str, name: str) -> NodeRow | None:
+        with self._lock:
+            cur = self._db.execute(f"SELECT {_NODE_COLS} FROM nodes WHERE cluster=? AND name=?", (cluster, name))
+            cur.row_factory = None
+            r = cur.fetchone()
+        return _node_row(r) if r else None
+
+    def add_node(self, n: NodeRow, *, if_absent: bool = False) -> bool:
+        """Insert a node; with if_absent, a name already taken is left alone (returns False)."""
         with self.tx() as db:
             d = asdict(n)
-            db.execute(f"INSERT INTO nodes ({','.join(d)}) VALUES ({','.join('?' * len(d))})", tuple(d.values()))
+            verb = "INSERT OR IGNORE" if if_absent else "INSERT"
+            cur = db.execute(f"{verb} INTO nodes ({','.join(d)}) VALUES ({','.join('?' * len(d))})", tuple(d.values()))
+            return cur.rowcount > 0
 
     def update_node(self, cluster: str, name: str, **vals) -> None:
         with self.tx() as db:
@@ -208,6 +349,32 @@ class Store:
     def delete_node(self, cluster: str, name: str) -> None:
         with self.tx() as db:
             db.execute("DELETE FROM nodes WHERE cluster=? AND name=?", (cluster, name))
+
+    def delete_nodes(self, cluster: str) -> None:
+        with self.tx() as db:
+            db.execute("DELETE FROM nodes WHERE cluster=?", (cluster,))
+
+    # ---------------------------------------------------------------- operations
+    def add_operation(self, op: OperationRow) -> None:
+        with self.tx() as db:
+            d = asdict(op)
+            for k in ("groups", "nodes", "undo"):
+                d[k] = json.dumps(d[k]) if d[k] is not None else None
+            db.execute(f"INSERT INTO operations ({','.join(d)}) VALUES ({','.join('?' * len(d))})", tuple(d.values()))
+
+    def operations(self, cluster: str, status: str | None = None) -> list[OperationRow]:
+        q, args = "SELECT * FROM operations WHERE cluster=?", [cluster]
+        if status:
+            q += " AND status=?"
+            args.append(status)
+        with self._lock:
+            rows = self._db.execute(q + " ORDER BY created_at, rowid", args).fetchall()
+        return [_row(OperationRow, r) for r in rows]
+
+    def finish_operation(self, op_id: str, status: str, message: str = "", when: float | None = None) -> None:
+        with self.tx() as db:
+            db.execute("UPDATE operations SET status=?, message=?, finished_at=? WHERE id=? AND status='InProgress'",
+                       (status, message, when or time.time(), op_id))
 
     # ---------------------------------------------------------------- capacity
     def capacity(self) -> dict[str, int]:
@@ -248,17 +415,23 @@ class Store:
         """Failed nodes of this type retry at once (capacity appeared). Returns how many."""
         with self.tx() as db:
             cur = db.execute(
-                "UPDATE nodes SET retry_at=0 WHERE phase='failed' AND EXISTS (SELECT 1 FROM groups g WHERE "
-                "g.cluster=nodes.cluster AND g.name=nodes.grp AND g.instance_type=?)", (instance_type,))
+                "UPDATE nodes SET retry_at=0 WHERE phase='failed' AND retry_at>0 AND EXISTS (SELECT 1 FROM groups g "
+                "WHERE g.cluster=nodes.cluster AND g.name=nodes.grp AND g.instance_type=?)", (instance_type,))
             return cur.rowcount
 
     # ---------------------------------------------------------------- events
     def add_event(self, cluster: str, resource_type: str, level: str, description: str,
-                  grp: str | None = None, node: str | None = None, when: float | None = None) -> None:
+                  grp: str | None = None, node: str | None = None, when: float | None = None,
+                  operation_id: str | None = None, instance_id: str | None = None) -> None:
         with self.tx() as db:
+            iid = instance_id
+            if node and iid is None:
+                r = db.execute("SELECT instance_id FROM nodes WHERE cluster=? AND name=?", (cluster, node)).fetchone()
+                iid = r[0] if r else None
             db.execute(
-                "INSERT INTO events (time, cluster, grp, node, resource_type, level, description) VALUES (?,?,?,?,?,?,?)",
-                (when or time.time(), cluster, grp, node, resource_type, level, description),
+                "INSERT INTO events (time, cluster, grp, node, resource_type, level, description, operation_id, instance_id)"
+                " VALUES (?,?,?,?,?,?,?,?,?)",
+                (when or time.time(), cluster, grp, node, resource_type, level, description, operation_id, iid),
             )
 
     def events(self, cluster: str, after_id: int = 0, limit: int = 1000) -> list[EventRow]:
@@ -267,3 +440,8 @@ class Store:
                 "SELECT * FROM events WHERE cluster=? AND id>? ORDER BY id LIMIT ?", (cluster, after_id, limit)
             ).fetchall()
         return [_row(EventRow, r) for r in rows]
+
+    def event(self, cluster: str, event_id: int) -> EventRow | None:
+        with self._lock:
+            r = self._db.execute("SELECT * FROM events WHERE cluster=? AND id=?", (cluster, event_id)).fetchone()
+        return _row(EventRow, r) if r else None

@@ -21,7 +21,7 @@ def _cluster(st: Store, name="demo", computes=2, logins=1):
     if logins:
         groups.append(GroupRow(name, "login", "ml.t3.medium", "Login", logins, [], 1, 768, "Creating"))
     groups.append(GroupRow(name, "compute", "ml.c5.large", "Compute", computes, ["dev"], 1, 768, "Creating"))
-    st.add_cluster(ClusterRow(name, "arn:x", "Creating", None, {"InstanceGroups": []}, "fake", 1, time.time()), groups)
+    st.add_cluster(ClusterRow(name, "arn:x", "Creating", None, {"InstanceGroups": [], "NodeProvisioningMode": "Continuous"}, "fake", 1, time.time()), groups)
 
 
 @pytest.fixture
@@ -182,7 +182,7 @@ def test_shortage_in_one_group_does_not_delay_another(env):
     groups = [GroupRow("demo", "controller", "ml.t3.medium", "Controller", 1, [], 1, 768, "Creating"),
               GroupRow("demo", "cpu", "ml.c5.large", "Compute", 2, ["dev"], 1, 768, "Creating"),
               GroupRow("demo", "gpu", "ml.g5.xlarge", "Compute", 1, ["gpu"], 2, 1024, "Creating")]
-    st.add_cluster(ClusterRow("demo", "arn:x", "Creating", None, {}, "fake", 1, time.time()), groups)
+    st.add_cluster(ClusterRow("demo", "arn:x", "Creating", None, {"NodeProvisioningMode": "Continuous"}, "fake", 1, time.time()), groups)
     st.set_capacity("ml.g5.xlarge", 0)
     run_steps(eng, 10)
     ph = phases(st)

@@ -1,0 +1,290 @@
+"""The simulated provider (`--provider sim`): VMs that only exist as records, no Slurm inside.
+
+For API practice in workshops and for fast tests. A simulated VM "boots" in `boot_time` seconds
+(default 1 s), shows as `running` in observe() from the moment it is defined (as a libvirt domain
+does while it boots), and is labelled simulated wherever it shows: instance ids start `i-sim-`,
+`Observed.details["simulated"]` is true, describe output says provider sim.
+
+The VMs outlive the engine when a `path` is given (an SQLite file next to the state): a killed
+engine finds them again on restart, as it finds libvirt domains. Without a path they live in the
+provider object (tests keep one object across engine restarts: it plays the hypervisor).
+
+`SimConfigurer` stands in for Ansible: configure, join and leave take a short simulated time and
+record what they were asked to do.
+
+Time: `clock` (wall time by default) and `sleep` (asyncio.sleep by default) are injectable;
+`VirtualClock` gives both for tests and benchmarks, where simulated seconds pass instantly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import random
+import sqlite3
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from lab.providers.base import LaunchError, MachineSpec, Observed, mac_for
+
+ID_PREFIX = "i-sim-"
+
+
+class VirtualClock:
+    """Simulated time: `clock()` reads it, `await clock.sleep(d)` waits until it has advanced by d.
+
+    Nothing advances it but `advance()` / `advance_to()`: the driver of a test or benchmark moves
+    time to the next wake-up (or the engine's next tick) when everything else is idle.
+    """
+
+    def __init__(self, start: float = 1000.0):
+        self.t = float(start)
+        self._heap: list[tuple[float, int, asyncio.Future]] = []
+        self._seq = itertools.count()
+
+    def __call__(self) -> float:
+        return self.t
+
+    async def sleep(self, delay: float) -> None:
+        if delay <= 0:
+            await asyncio.sleep(0)
+            return
+        fut = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._heap, (self.t + delay, next(self._seq), fut))
+        await fut
+
+    def next_wake(self) -> float | None:
+        while self._heap and self._heap[0][2].done():  # cancelled sleepers
+            heapq.heappop(self._heap)
+        return self._heap[0][0] if self._heap else None
+
+    def advance_to(self, t: float) -> int:
+        """Move time to t (never back) and wake every sleeper due; returns how many woke."""
+        self.t = max(self.t, t)
+        woke = 0
+        while self._heap and self._heap[0][0] <= self.t:
+            _, _, fut = heapq.heappop(self._heap)
+            if not fut.done():
+                fut.set_result(None)
+                woke += 1
+        return woke
+
+    def advance(self, dt: float) -> int:
+        return self.advance_to(self.t + dt)
+
+
+@dataclass
+class SimVM:
+    cluster: str
+    name: str
+    state: str  # running | shutoff
+    ready_at: float  # when it "answers ssh"
+    address: str
+    cpus: int = 1
+    memory_mib: int = 512
+    boots: int = 1
+
+
+class SimProvider:
+    """Simulated VMs. Same interface as VagrantProvider; ensure/remove/reboot also come as
+    coroutines (`*_async`), which the engine prefers: thousands of simulated boots cost no thread."""
+
+    name = "sim"
+    id_prefix = ID_PREFIX
+    simulated = True
+    inline = True  # the sync methods are quick: the engine may call them on its loop
+
+    def __init__(self, boot_time: float = 1.0, *, clock: Callable[[], float] = time.time,
+                 sleep: Callable[[float], Awaitable[None]] | None = None, path: Path | None = None,
+                 jitter: float = 0.0, seed: int = 0):
+        if boot_time < 0:
+            raise ValueError("boot_time must be >= 0")
+        self.boot_time = boot_time
+        self.jitter = jitter
+        self.clock = clock
+        self.sleep = sleep or asyncio.sleep
+        self.rng = random.Random(seed)
+        self.vms: dict[str, dict[str, SimVM]] = {}
+        self.launched: list[str] = []  # every ensure that created a VM (tests read it)
+        self.removed: list[str] = []
+        self._lock = threading.Lock()
+        self._hint: dict[str, int] = {}
+        self._db = None
+        if path is not None:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("CREATE TABLE IF NOT EXISTS vms (cluster TEXT, name TEXT, state TEXT, ready_at REAL, "
+                             "address TEXT, cpus INTEGER, memory_mib INTEGER, boots INTEGER, PRIMARY KEY (cluster, name))")
+            for r in self._db.execute("SELECT cluster, name, state, ready_at, address, cpus, memory_mib, boots FROM vms"):
+                vm = SimVM(*r)
+                self.vms.setdefault(vm.cluster, {})[vm.name] = vm
+
+    # ------------------------------------------------------------------ persistence
+    def _save(self, vm: SimVM) -> None:
+        if self._db is not None:
+            self._db.execute("INSERT OR REPLACE INTO vms VALUES (?,?,?,?,?,?,?,?)",
+                             (vm.cluster, vm.name, vm.state, vm.ready_at, vm.address, vm.cpus, vm.memory_mib, vm.boots))
+
+    def _drop(self, cluster: str, name: str | None = None) -> None:
+        if self._db is not None:
+            if name is None:
+                self._db.execute("DELETE FROM vms WHERE cluster=?", (cluster,))
+            else:
+                self._db.execute("DELETE FROM vms WHERE cluster=? AND name=?", (cluster, name))
+
+    # ------------------------------------------------------------------ interface
+    def preflight(self) -> list[str]:
+        return []
+
+    def allocate(self, cluster: str, name: str, used: set[str], preferred_index: int = 0) -> tuple[str, str]:
+        """A made-up address on the cluster's simulated 10.N.0.0/16, and the node's stable MAC."""
+        net = preferred_index % 250 or 1
+        size = 250 * 250
+        start = self._hint.get(cluster, 0)
+        for k in range(size):
+            i = (start + k) % size
+            addr = f"10.{net}.{i // 250}.{i % 250 + 2}"
+            if addr not in used:
+                self._hint[cluster] = i + 1
+                return addr, mac_for(cluster, name)
+        raise LaunchError(f"no simulated address left for {name}")
+
+    def prepare(self, cluster: str, machines: list[MachineSpec], preferred_index: int = 0, box: str | None = None) -> None:
+        with self._lock:
+            self.vms.setdefault(cluster, {})
+
+    def _define(self, cluster: str, machine: MachineSpec) -> SimVM:
+        """The VM, defined and booting (or already there). Idempotent, like `vagrant up`."""
+        with self._lock:
+            vms = self.vms.setdefault(cluster, {})
+            vm = vms.get(machine.name)
+            now = self.clock()
+            if vm is None:
+                boot = self.boot_time + (self.rng.uniform(0, self.jitter) if self.jitter else 0.0)
+                vm = vms[machine.name] = SimVM(cluster, machine.name, "running", now + boot, machine.address,
+                                               machine.cpus, machine.memory_mib)
+                self.launched.append(machine.name)
+                self._save(vm)
+            elif vm.state != "running":  # a stopped domain is started again
+                vm.state, vm.ready_at, vm.boots = "running", now + self.boot_time, vm.boots + 1
+                self._save(vm)
+            return vm
+
+    def _observed(self, vm: SimVM) -> Observed:
+        return Observed(vm.name, vm.state, vm.address, {"simulated": True, "ready": self.clock() >= vm.ready_at})
+
+    async def ensure_async(self, cluster: str, machine: MachineSpec) -> Observed:
+        vm = self._define(cluster, machine)
+        while True:
+            left = vm.ready_at - self.clock()
+            if left <= 0:
+                break
+            await self.sleep(left)
+            if self.vms.get(cluster, {}).get(machine.name) is not vm or vm.state != "running":
+                raise LaunchError(f"{machine.name}: the simulated VM went away while it booted")
+        return self._observed(vm)
+
+    def ensure(self, cluster: str, machine: MachineSpec) -> Observed:
+        vm = self._define(cluster, machine)
+        while (left := vm.ready_at - self.clock()) > 0:
+            time.sleep(min(left, 0.5))
+        return self._observed(vm)
+
+    def observe(self, cluster: str) -> dict[str, Observed]:
+        with self._lock:
+            return {n: self._observed(vm) for n, vm in self.vms.get(cluster, {}).items()}
+
+    def remove(self, cluster: str, names: list[str]) -> None:
+        with self._lock:
+            vms = self.vms.get(cluster, {})
+            for n in names:
+                if vms.pop(n, None) is not None:
+                    self._drop(cluster, n)
+                self.removed.append(n)
+
+    async def remove_async(self, cluster: str, names: list[str]) -> None:
+        self.remove(cluster, names)
+        await asyncio.sleep(0)
+
+    async def reboot_async(self, cluster: str, name: str) -> Observed:
+        """Restart the domain (start it if it is shut off); done when it answers again."""
+        with self._lock:
+            vm = self.vms.get(cluster, {}).get(name)
+            if vm is None:
+                raise LaunchError(f"{name}: no simulated VM to reboot")
+            vm.state, vm.ready_at, vm.boots = "running", self.clock() + self.boot_time, vm.boots + 1
+            self._save(vm)
+        while (left := vm.ready_at - self.clock()) > 0:
+            await self.sleep(left)
+        return self._observed(vm)
+
+    def delete_cluster(self, cluster: str) -> list[str]:
+        with self._lock:
+            gone = sorted(self.vms.pop(cluster, {}))
+            self._drop(cluster)
+        return [f"simulated VM {n}" for n in gone]
+
+    def collect_logs(self, cluster: str, dest: Path) -> list[Path]:
+        return []
+
+    # ------------------------------------------------------------------ lab controls
+    def crash(self, cluster: str, name: str, state: str = "shutoff") -> None:
+        """Make a VM die: `shutoff` (the domain stays, stopped) or `missing` (gone)."""
+        with self._lock:
+            vms = self.vms.get(cluster, {})
+            if name not in vms:
+                raise KeyError(name)
+            if state == "missing":
+                vms.pop(name)
+                self._drop(cluster, name)
+            else:
+                vms[name].state = state
+                self._save(vms[name])
+
+
+class SimConfigurer:
+    """Configures nothing: each step takes a short simulated time and is recorded in `calls`."""
+
+    simulated = True
+    inline = True
+    wants_context = False  # no inventory needed: the engine passes None as the context
+
+    def __init__(self, configure_time: float = 0.5, join_time: float = 0.3, leave_time: float = 0.2, *,
+                 sleep: Callable[[float], Awaitable[None]] | None = None):
+        self.configure_time = configure_time
+        self.join_time = join_time
+        self.leave_time = leave_time
+        self.sleep = sleep or asyncio.sleep
+        self.calls: list[tuple] = []
+
+    def context(self, cluster, groups, nodes):
+        return None
+
+    async def configure_async(self, ctx, node: str, node_type: str) -> None:
+        self.calls.append(("configure", node, node_type))
+        await self.sleep(self.configure_time)
+
+    async def join_async(self, ctx, batch: list[str]) -> None:
+        self.calls.append(("join", tuple(batch)))
+        await self.sleep(self.join_time)
+
+    async def leave_async(self, ctx, names: list[str]) -> None:
+        self.calls.append(("leave", tuple(names)))
+        await self.sleep(self.leave_time)
+
+    def configure(self, ctx, node: str, node_type: str) -> None:
+        self.calls.append(("configure", node, node_type))
+        time.sleep(self.configure_time)
+
+    def join(self, ctx, batch: list[str]) -> None:
+        self.calls.append(("join", tuple(batch)))
+        time.sleep(self.join_time)
+
+    def leave(self, ctx, names: list[str]) -> None:
+        self.calls.append(("leave", tuple(names)))
+        time.sleep(self.leave_time)
