@@ -60,7 +60,8 @@ if [[ "${1:-}" != "--no-venv" ]]; then
   stamp="$VENV/.slurmlab-installed"
   if [[ ! -f "$stamp" || "$HERE/pyproject.toml" -nt "$stamp" ]]; then
     say "installing slurmlab and its Python dependencies into $VENV"
-    "$VENV/bin/pip" install -q -e "$HERE[test]"
+    # (this machine's pip config names local indexes that may not exist: drop those warnings)
+    "$VENV/bin/pip" install -q -e "$HERE[test]" 2> >(grep -v "^WARNING: Location .* is ignored" >&2)
     touch "$stamp"
   else
     say "virtualenv: up to date"
