@@ -205,6 +205,8 @@ def create_cluster(
     wait_for: str = typer.Option("FullSize", help="with --wait: InService or FullSize"),
     timeout: float = typer.Option(3600, help="seconds to wait at most"),
     capacity_file: Optional[str] = typer.Option(None, "--capacity", help="capacity file (YAML) to apply first"),
+    provider: str = typer.Option("vagrant", "--provider",
+                                 help="vagrant (real VMs) or sim (simulated VMs, no Slurm inside: API practice)"),
     output: Output = OutputOpt,
 ) -> None:
     """Create a cluster from a spec: controller first, then login and compute nodes in parallel."""
@@ -213,17 +215,23 @@ def create_cluster(
     from lab.host import libvirtd
     from lab.spec import load_spec
 
+    if provider not in ("vagrant", "sim"):
+        from lab.errors import UsageError
+
+        raise UsageError(f"--provider: unknown provider '{provider}'", "use vagrant (real VMs) or sim (simulated VMs)")
     sp = load_spec(spec)
-    _check_box(sp.box)
+    if provider == "vagrant":
+        _check_box(sp.box)
     if capacity_file:
         capacity.load(capacity_file)  # validate before anything changes
     st = _store()
     if st.cluster(sp.name):
-        clusters.create(st, sp, start_engine=False)  # raises the name clash before touching the host
-    libvirtd.up()
+        clusters.create(st, sp, provider=provider, start_engine=False)  # raises the name clash before touching the host
+    if provider == "vagrant":
+        libvirtd.up()
     if capacity_file:
         load_capacity_file(st, capacity_file)
-    row = clusters.create(st, sp)
+    row = clusters.create(st, sp, provider=provider)
     d = clusters.describe(st, row.name)
     if wait:
         d = clusters.wait(st, row.name, wait_for, on_change=_Watcher(output == Output.json), timeout=timeout)
@@ -395,18 +403,10 @@ app.add_typer(capacity_app, name="capacity")
 
 
 def load_capacity_file(st, path: str) -> None:
-    """Apply a capacity file: limits now, arrivals counted from now."""
-    import time as _t
-
+    """Apply a capacity file: limits now, arrivals counted from now, faults if it has them."""
     from lab import capacity
 
-    cap = capacity.load(path)
-    now = _t.time()
-    for t, n in cap.available.items():
-        st.set_capacity(t, n)
-    for t, arrivals in cap.arrivals.items():
-        for a in arrivals:
-            st.add_arrival(t, now + a.after_seconds, a.count)
+    capacity.apply(st, capacity.load(path))
 
 
 @capacity_app.command("show")
@@ -500,3 +500,43 @@ def main() -> None:
         sys.exit(exitcodes.INTERRUPTED)
 
 
+# ---------------------------------------------------------------- serve
+@app.command()
+def serve(
+    host: str = typer.Option("127.0.0.1", help="address to listen on (127.0.0.1: this machine only)"),
+    port: int = typer.Option(8008, help="TCP port (0 picks a free one)"),
+    provider: str = typer.Option("vagrant", help="vagrant (real VMs) or sim (simulated nodes, no VMs)"),
+    capacity_file: Optional[str] = typer.Option(None, "--capacity", help="capacity file (YAML) to apply at start"),
+    state_dir: Optional[str] = typer.Option(None, "--state-dir", help="state directory (default $SLURMLAB_HOME)"),
+    log_requests: bool = typer.Option(True, "--log-requests/--no-log-requests", help="one line per request on stderr"),
+) -> None:
+    """Serve HyperPod's cluster API (AWS JSON 1.1) for boto3 and the AWS CLI, and the web console at /."""
+    from pathlib import Path
+
+    if state_dir:
+        os.environ["SLURMLAB_HOME"] = str(Path(state_dir).expanduser().resolve())
+    from lab import api, paths
+
+    if log_requests:
+        logging.getLogger("lab.api").setLevel(logging.INFO)
+
+    before_create = None
+    if provider == "vagrant":
+        def before_create(spec) -> None:  # the host and the box, as create-cluster checks them
+            from lab.host import libvirtd
+
+            _check_box(spec.box)
+            libvirtd.up()
+
+    def ready(server) -> None:
+        url = server.url
+        err.print(f"slurmlab serve: SageMaker API on {url}  (provider {provider}, state {paths.home()})", markup=False, highlight=False)
+        err.print(f"  console:  {url}/", markup=False, highlight=False)
+        err.print(f"  boto3:    boto3.client('sagemaker', endpoint_url='{url}', region_name='us-east-1', "
+                  "aws_access_key_id='x', aws_secret_access_key='x')", markup=False, highlight=False)
+        err.print(f"  AWS CLI:  aws sagemaker list-clusters --endpoint-url {url} --region us-east-1", markup=False, highlight=False)
+        err.print("  Ctrl-C stops the server (the engine keeps building; it stops by itself when idle)", markup=False, highlight=False)
+
+    api.run(host=host, port=port, provider=provider, capacity_file=capacity_file, before_create=before_create,
+            on_ready=ready)
+    err.print("slurmlab serve: stopped", markup=False, highlight=False)

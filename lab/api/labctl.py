@@ -1,0 +1,132 @@
+"""The lab's own controls, under /_lab/ (never inside SageMaker's operations): simulated capacity,
+and the state the console shows.
+
+    GET  /_lab/health     {"Ok": true, ...}
+    GET  /_lab/state      clusters, groups, nodes, recent events, capacity: what the console polls
+    GET  /_lab/capacity   limits per instance type, what is in use, arrivals to come
+    POST /_lab/capacity   {"InstanceType": "ml.c5.large", "Available": 2}      (null or "unlimited": no limit)
+                          {"instance_types": {...}, "faults": {...}}  a capacity document (the YAML of
+                                                     `--capacity`, as JSON or YAML)
+                          {"Reset": true}            every type unlimited again, no injected faults
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from lab import __version__, capacity
+from lab.api import model, operations
+from lab.api.model import ApiError
+from lab.spec.problems import Problem, SpecInvalid
+
+EVENTS_IN_STATE = 100
+
+
+def apply_capacity(st, cap: capacity.CapacityFile, now: float | None = None) -> None:
+    """Limits now, arrivals counted from now; nodes waiting for a type that got more retry at once."""
+    if hasattr(capacity, "apply"):  # the engine's own (it knows faults, too)
+        capacity.apply(st, cap, now)
+        return
+    now = now or time.time()
+    for t, n in cap.available.items():
+        st.set_capacity(t, n)
+        st.retry_now(t)
+    for t, arrivals in cap.arrivals.items():
+        for a in arrivals:
+            st.add_arrival(t, now + a.after_seconds, a.count)
+
+
+def capacity_state(st) -> dict:
+    from lab.engine.engine import Engine
+
+    used = Engine(st, None, None)._used()
+    limits = st.capacity()
+    now = time.time()
+    rows = [{"InstanceType": t, "Available": limits.get(t), "InUse": used.get(t, 0)}
+            for t in sorted(set(limits) | {k for k in used if k})]
+    arrivals = [{"InstanceType": t, "InSeconds": max(0, round(due - now)), "Count": n}
+                for _, t, due, n in st.pending_arrivals()]
+    out = {"Capacity": rows, "Arrivals": arrivals}
+    if hasattr(st, "faults"):
+        out["Faults"] = st.faults()
+    return out
+
+
+def set_capacity(st, raw: bytes, content_type: str = "") -> dict:
+    text = raw.decode("utf-8", errors="replace")
+    body: Any = None
+    try:
+        body = json.loads(text) if text.strip() else {}
+    except json.JSONDecodeError:
+        if "json" in content_type:
+            raise ApiError("SerializationException", "the body is not valid JSON") from None
+    if isinstance(body, dict) and ("InstanceType" in body or "Available" in body):
+        problems = []
+        t, a = body.get("InstanceType"), body.get("Available")
+        extra = set(body) - {"InstanceType", "Available"}
+        for k in sorted(extra):
+            problems.append(Problem((k,), "unknown field", "give InstanceType and Available"))
+        if not isinstance(t, str):
+            problems.append(Problem(("InstanceType",), "missing (required)" if t is None else "expected a string"))
+        else:
+            from lab.spec.catalog import check_instance_type
+
+            try:
+                check_instance_type(t)
+            except Exception as e:  # noqa: BLE001 - the catalog's message names the close valid types
+                problems.append(Problem(("InstanceType",), str(getattr(e, "message", e)).splitlines()[0]))
+        if a == "unlimited":
+            a = None
+        if a is not None and (not isinstance(a, int) or isinstance(a, bool) or a < 0):
+            problems.append(Problem(("Available",), f"expected a whole number >= 0, null or \"unlimited\", got {a!r}"[:200]))
+        if problems:
+            raise model.validation_error(problems)
+        st.set_capacity(t, a)
+        st.retry_now(t)
+        return capacity_state(st)
+    if isinstance(body, dict) and body.get("Reset") is True and len(body) == 1:
+        for t in list(st.capacity()):
+            st.set_capacity(t, None)
+            st.retry_now(t)
+        if hasattr(st, "set_faults"):
+            st.set_faults(0, 0)
+        return capacity_state(st)
+    try:
+        cap = capacity.parse(text, "<request body>")
+    except SpecInvalid as e:
+        raise model.validation_error(e.problems) from None
+    except Exception as e:  # noqa: BLE001 - YAML errors and the like: a bad document, never a crash
+        raise ApiError("ValidationException", f"not a capacity document: {str(e).splitlines()[0][:300]}") from None
+    apply_capacity(st, cap)
+    return capacity_state(st)
+
+
+def state(lab: operations.Lab) -> dict:
+    """Everything the console shows, in one answer."""
+    from lab.engine import clusters
+
+    out = []
+    for c in lab.store.clusters():
+        try:
+            d = clusters.describe(lab.store, c.name)
+            described = operations.describe_cluster(lab, {"ClusterName": c.name})
+            nodes = clusters.list_nodes(lab.store, c.name)
+            events = operations.events_of(lab, c.name)
+        except (ApiError, Exception):  # noqa: BLE001 - deleted meanwhile
+            continue
+        shaped = model.shape_named("DescribeClusterResponse", described)
+        kinds = {g.name: g.node_type for g in lab.store.groups(c.name)}
+        for g in shaped.get("InstanceGroups", []):
+            g["NodeType"] = kinds.get(g.get("InstanceGroupName"))
+        shaped["Lab"] = {k: (model.parse_timestamp(v) if k.endswith("Time") and v else v) for k, v in (d.get("Lab") or {}).items()}
+        shaped["Nodes"] = [model.shape_named("ClusterNodeSummary", n) | {"NodeLogicalId": n.get("NodeLogicalId"),
+                                                                          "PrivatePrimaryIp": n.get("PrivatePrimaryIp")}
+                           for n in nodes]
+        events = sorted(events, key=lambda e: model.parse_timestamp(e.get("EventTime")) or 0)[-EVENTS_IN_STATE:]
+        shaped["Events"] = [model.shape_named("ClusterEventSummary", e) for e in reversed(events)]
+        out.append(shaped)
+    return {"Time": round(time.time(), 3), "Server": {"Version": __version__, "Provider": lab.provider,
+                                                      "StateDir": str(lab.store.path.parent)},
+            "Clusters": out, **capacity_state(lab.store)}

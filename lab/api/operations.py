@@ -1,0 +1,433 @@
+"""The thirteen SageMaker operations of a HyperPod Slurm cluster, on the lab's engine.
+
+Each handler takes the checked request body and returns a dict that `model.shape_output` cuts to
+the operation's output shape. The work is the engine's (`lab.engine.clusters`); this module maps
+names (ARNs, node ids), filters, sorts and pages, and turns the lab's errors into SageMaker's.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lab.api import model
+from lab.api.model import ApiError
+from lab.engine import clusters
+from lab.errors import Conflict, LabError, NotFound, UsageError
+from lab.spec.problems import Problem, SpecInvalid
+from lab.store.db import Store
+
+DEFAULT_PAGE = 100  # MaxResults when a list request gives none (the model's maximum)
+MAX_CLUSTERS = 249  # the lab gives each cluster its own /24 network: 10.x.<1..249>
+CLIENT_TOKEN_TTL = 8 * 3600  # BatchAddClusterNodes.ClientToken: "valid for 8 hours"
+
+
+@dataclass
+class Lab:
+    """What the handlers share: the store, the provider new clusters use, and hooks."""
+
+    store: Store
+    provider: str = "sim"
+    base_dir: Path | None = None  # relative LifeCycleConfig.SourceS3Uri resolve against it
+    before_create: Callable[[Any], None] | None = None  # e.g. the vagrant provider's host set-up
+    ensure_engine: Callable[[], Any] | None = None
+    create_lock: threading.Lock = field(default_factory=threading.Lock)
+    tokens: dict[str, tuple[float, str, dict]] = field(default_factory=dict)
+    tokens_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    locks: dict[str, threading.Lock] = field(default_factory=dict)
+
+    def engine(self) -> None:
+        if self.ensure_engine:
+            self.ensure_engine()
+
+    def writing(self, cluster: str) -> threading.Lock:
+        """One change request per cluster at a time inside this server. The engine's update reads the
+        stored spec before its transaction; two UpdateClusters at once would otherwise race on it. The
+        requests stay non-blocking: each only records desired state (milliseconds)."""
+        with self.create_lock:
+            return self.locks.setdefault(cluster, threading.Lock())
+
+
+# ------------------------------------------------------------------------------------ helpers
+def _need(fn_name: str, op: str):
+    fn = getattr(clusters, fn_name, None)
+    if fn is None:
+        raise ApiError("NotImplemented", f"{op} needs lab.engine.clusters.{fn_name}, which this build of slurmlab lacks", 501)
+    return fn
+
+
+def cluster_name(lab: Lab, ref: str, field_name: str = "ClusterName") -> str:
+    """A ClusterName or ClusterArn -> the name of an existing cluster (else ResourceNotFound)."""
+    if ref.startswith("arn:"):
+        for c in lab.store.clusters():
+            if c.arn == ref:
+                return c.name
+        raise ApiError("ResourceNotFound", f"{field_name}: no cluster with ARN '{ref}' in this lab")
+    if lab.store.cluster(ref) is None:
+        raise ApiError("ResourceNotFound", f"{field_name}: no cluster named '{ref}' in this lab "
+                       "(ListClusters shows the clusters there are)")
+    return ref
+
+
+def spec_error(e: SpecInvalid, code: str = "ValidationException") -> ApiError:
+    limit = [p for p in e.problems if "lab's limit" in p.what]
+    if limit and len(limit) == len(e.problems):
+        code = "ResourceLimitExceeded"
+    return model.validation_error(e.problems, code)
+
+
+def lab_error(e: LabError, op: str) -> ApiError:
+    """A lab error raised by the engine -> the SageMaker error the operation declares."""
+    if isinstance(e, SpecInvalid):
+        return spec_error(e)
+    text = e.message + (f" ({e.fix})" if e.fix else "")
+    declared = model.op_errors(op)
+    if isinstance(e, NotFound):
+        return ApiError("ResourceNotFound", text)
+    if isinstance(e, Conflict):
+        for code in ("ResourceInUse", "ConflictException") if op == "CreateCluster" else ("ConflictException", "ResourceInUse"):
+            if code in declared:
+                return ApiError(code, text)
+        return ApiError("ValidationException", text)
+    if isinstance(e, UsageError):
+        return ApiError("ValidationException", text)
+    return ApiError("InternalFailure", text, 500)
+
+
+def _token(kind: str, position: Any) -> str:
+    raw = json.dumps({"k": kind, "p": position}, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _untoken(kind: str, token: str | None) -> Any:
+    if not token:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        d = json.loads(raw)
+        if d["k"] != kind:
+            raise ValueError
+        return d["p"]
+    except Exception:  # noqa: BLE001 - any garbage is the same error
+        raise ApiError("ValidationException", "NextToken: not a token this server issued for this operation "
+                       "(pass the NextToken of the previous response, unchanged)") from None
+
+
+def _page(items: list, body: dict, kind: str) -> tuple[list, str | None]:
+    start = _untoken(kind, body.get("NextToken")) or 0
+    if not isinstance(start, int) or start < 0:
+        raise ApiError("ValidationException", "NextToken: not a token this server issued for this operation")
+    n = body.get("MaxResults") or DEFAULT_PAGE
+    page = items[start:start + n]
+    nxt = _token(kind, start + n) if start + n < len(items) else None
+    return page, nxt
+
+
+def _between(t: float | None, body: dict, after: str, before: str) -> bool:
+    lo = model.parse_timestamp(body[after]) if body.get(after) is not None else None
+    hi = model.parse_timestamp(body[before]) if body.get(before) is not None else None
+    if lo is None and hi is None:
+        return True
+    if t is None:
+        return False
+    return (lo is None or t > lo) and (hi is None or t < hi)
+
+
+def _epoch(v: Any) -> float | None:
+    return model.parse_timestamp(v) if v is not None else None
+
+
+# ------------------------------------------------------------------------------------ clusters
+def create_cluster(lab: Lab, body: dict) -> dict:
+    from lab.spec import spec_from_request
+
+    try:
+        spec = spec_from_request(body, base_dir=lab.base_dir)
+    except SpecInvalid as e:
+        raise spec_error(e) from None
+    with lab.create_lock:  # one at a time: the name check and the network index must not race
+        if lab.store.cluster(spec.name) is not None:
+            raise ApiError("ResourceInUse", f"ClusterName: a cluster named '{spec.name}' already exists "
+                           "(pick another name, or DeleteCluster it first)")
+        if len(lab.store.clusters()) >= MAX_CLUSTERS:
+            raise ApiError("ResourceLimitExceeded", f"ClusterName: the lab holds at most {MAX_CLUSTERS} clusters; "
+                           "delete one first")
+        if lab.before_create:
+            lab.before_create(spec)
+        try:
+            row = clusters.create(lab.store, spec, provider=lab.provider, start_engine=False)
+        except sqlite3.IntegrityError:
+            raise ApiError("ResourceInUse", f"ClusterName: a cluster named '{spec.name}' already exists") from None
+    lab.engine()
+    return {"ClusterArn": row.arn}
+
+
+def describe_cluster(lab: Lab, body: dict) -> dict:
+    name = cluster_name(lab, body["ClusterName"])
+    out = dict(clusters.describe(lab.store, name))
+    c = lab.store.cluster(name)
+    # Fields of the request with no meaning in a lab come back as they were given.
+    if c is not None:
+        for k, v in c.spec.items():
+            out.setdefault(k, v)
+    return out
+
+
+def list_clusters(lab: Lab, body: dict) -> dict:
+    rows = lab.store.clusters()
+    items = []
+    for c in rows:
+        if body.get("NameContains") and body["NameContains"] not in c.name:
+            continue
+        if not _between(c.created_at, body, "CreationTimeAfter", "CreationTimeBefore"):
+            continue
+        if body.get("TrainingPlanArn"):
+            plans = {g.get("TrainingPlanArn") for g in c.spec.get("InstanceGroups", [])}
+            if body["TrainingPlanArn"] not in plans:
+                continue
+        items.append(c)
+    if body.get("SortBy") == "NAME":
+        items.sort(key=lambda c: c.name)
+    else:
+        items.sort(key=lambda c: (c.created_at, c.name))
+    if body.get("SortOrder") == "Descending":
+        items.reverse()
+    page, nxt = _page(items, body, "clusters")
+    summaries = []
+    for c in page:
+        s = {"ClusterArn": c.arn, "ClusterName": c.name, "CreationTime": c.created_at, "ClusterStatus": c.status}
+        plans = sorted({g["TrainingPlanArn"] for g in c.spec.get("InstanceGroups", []) if g.get("TrainingPlanArn")})
+        if plans:
+            s["TrainingPlanArns"] = plans
+        summaries.append(s)
+    out: dict[str, Any] = {"ClusterSummaries": summaries}
+    if nxt:
+        out["NextToken"] = nxt
+    return out
+
+
+def delete_cluster(lab: Lab, body: dict) -> dict:
+    name = cluster_name(lab, body["ClusterName"])
+    c = lab.store.cluster(name)
+    try:
+        clusters.delete(lab.store, name, start_engine=False)
+    except NotFound:  # the engine finished deleting it between our look-up and now
+        pass
+    lab.engine()
+    return {"ClusterArn": c.arn if c else clusters.arn(name)}
+
+
+def update_cluster(lab: Lab, body: dict) -> dict:
+    from lab.spec import rules, shapes
+
+    ref = body.get("ClusterName")
+    is_arn = isinstance(ref, str) and ref.startswith("arn:")
+    # The request's fields first (an ARN stands in as a plain name: it is resolved below).
+    problems = shapes.check({**body, "ClusterName": "x"} if is_arn else body, "UpdateClusterRequest", hooks=rules.HOOKS)
+    if problems:
+        raise model.validation_error(problems)
+    name = cluster_name(lab, ref)
+    req = {**body, "ClusterName": name}
+    update = _need("update", "UpdateCluster")
+    with lab.writing(name):
+        update(lab.store, name, req, base_dir=lab.base_dir)
+    lab.engine()
+    return {"ClusterArn": lab.store.cluster(name).arn}
+
+
+# ------------------------------------------------------------------------------------ nodes
+def _nodes(lab: Lab, name: str) -> list[dict]:
+    return clusters.list_nodes(lab.store, name)
+
+
+def list_cluster_nodes(lab: Lab, body: dict) -> dict:
+    name = cluster_name(lab, body["ClusterName"])
+    include_logical = bool(body.get("IncludeNodeLogicalIds"))
+    items = []
+    for n in _nodes(lab, name):
+        launched = _epoch(n.get("LaunchTime"))
+        # Without IncludeNodeLogicalIds only nodes that got an instance are listed (as in HyperPod).
+        if not include_logical and launched is None:
+            continue
+        if body.get("InstanceGroupNameContains") and body["InstanceGroupNameContains"] not in n.get("InstanceGroupName", ""):
+            continue
+        if not _between(launched, body, "CreationTimeAfter", "CreationTimeBefore"):
+            continue
+        n = dict(n)
+        if not include_logical:
+            n.pop("NodeLogicalId", None)
+        items.append((launched, n))
+    if body.get("SortBy") == "NAME":
+        items.sort(key=lambda x: (x[1].get("NodeLogicalId") or x[1].get("InstanceId") or ""))
+    else:
+        items.sort(key=lambda x: (x[0] is None, x[0] or 0, x[1].get("NodeLogicalId") or x[1].get("InstanceId") or ""))
+    if body.get("SortOrder") == "Descending":
+        items.reverse()
+    page, nxt = _page([n for _, n in items], body, "nodes")
+    out: dict[str, Any] = {"ClusterNodeSummaries": page}
+    if nxt:
+        out["NextToken"] = nxt
+    return out
+
+
+def describe_cluster_node(lab: Lab, body: dict) -> dict:
+    name = cluster_name(lab, body["ClusterName"])
+    node_id, logical = body.get("NodeId"), body.get("NodeLogicalId")
+    if bool(node_id) == bool(logical):
+        raise ApiError("ValidationException", "NodeId, NodeLogicalId: give exactly one of them")
+    try:
+        details = _need("describe_node", "DescribeClusterNode")(lab.store, name, node_id or logical)
+    except NotFound as e:
+        raise ApiError("ResourceNotFound", f"{'NodeId' if node_id else 'NodeLogicalId'}: {e.message}"
+                       + (f" ({e.fix})" if e.fix else "")) from None
+    return {"NodeDetails": details}
+
+
+def _id_lists(body: dict) -> tuple[list[str], list[str]]:
+    ids, logical = list(body.get("NodeIds") or []), list(body.get("NodeLogicalIds") or [])
+    if not ids and not logical:
+        raise ApiError("ValidationException", "NodeIds, NodeLogicalIds: give at least one node (either list, or both)")
+    return ids, logical
+
+
+def batch_add_cluster_nodes(lab: Lab, body: dict) -> dict:
+    name = cluster_name(lab, body["ClusterName"])
+    token = body.get("ClientToken")
+    fingerprint = hashlib.sha256(json.dumps([name, body.get("NodesToAdd")], sort_keys=True).encode()).hexdigest()
+    if token:
+        with lab.tokens_lock:
+            now = time.time()
+            for k in [k for k, (t, _, _) in lab.tokens.items() if now - t > CLIENT_TOKEN_TTL]:
+                del lab.tokens[k]
+            seen = lab.tokens.get(token)
+        if seen:
+            if seen[1] != fingerprint:
+                raise ApiError("ValidationException", "ClientToken: already used with other parameters "
+                               "(a token names one request; use a new token for a new request)")
+            return _refresh_added(lab, name, seen[2])
+    seen_names: set[str] = set()
+    for i, spec in enumerate(body["NodesToAdd"]):
+        g = spec["InstanceGroupName"]
+        if g in seen_names:
+            raise ApiError("ValidationException", f"NodesToAdd[{i}].InstanceGroupName: '{g}' is named twice; "
+                           "give each group once with the whole increment")
+        seen_names.add(g)
+    add_nodes = _need("add_nodes", "BatchAddClusterNodes")
+    with lab.writing(name):
+        result = add_nodes(lab.store, name, body["NodesToAdd"])
+    lab.engine()
+    result = {"Successful": list(result.get("Successful", [])), "Failed": list(result.get("Failed", []))}
+    if token:
+        with lab.tokens_lock:
+            lab.tokens[token] = (time.time(), fingerprint, result)
+    return result
+
+
+def _refresh_added(lab: Lab, name: str, result: dict) -> dict:
+    """A retried ClientToken: the same NodeLogicalIds, each with its latest status."""
+    status = {n.get("NodeLogicalId"): n.get("InstanceStatus", {}).get("Status") for n in _nodes(lab, name)}
+    ok = [{**s, "Status": status.get(s.get("NodeLogicalId"), "NotFound") or s.get("Status")} for s in result["Successful"]]
+    return {"Successful": ok, "Failed": result["Failed"]}
+
+
+def _batch(lab: Lab, body: dict, op: str, fn_name: str) -> dict:
+    """Delete / reboot / replace: the engine answers per node, in the lists of the model's response
+    (Successful / Failed by instance id, SuccessfulNodeLogicalIds / FailedNodeLogicalIds by logical id)."""
+    name = cluster_name(lab, body["ClusterName"])
+    ids, logical = _id_lists(body)
+    fn = _need(fn_name, op)
+    with lab.writing(name):
+        result = fn(lab.store, name, ids + logical) or {}
+    lab.engine()
+    return result
+
+
+def batch_delete_cluster_nodes(lab: Lab, body: dict) -> dict:
+    return _batch(lab, body, "BatchDeleteClusterNodes", "delete_nodes")
+
+
+def batch_reboot_cluster_nodes(lab: Lab, body: dict) -> dict:
+    return _batch(lab, body, "BatchRebootClusterNodes", "reboot_nodes")
+
+
+def batch_replace_cluster_nodes(lab: Lab, body: dict) -> dict:
+    return _batch(lab, body, "BatchReplaceClusterNodes", "replace_nodes")
+
+
+# ------------------------------------------------------------------------------------ events
+EVENT_FILTERS = ("InstanceGroupName", "NodeId", "ResourceType", "OperationId", "EventTimeAfter", "EventTimeBefore")
+
+
+def events_of(lab: Lab, name: str, **filters) -> list[dict]:
+    """The cluster's events (ClusterEventSummary), oldest first."""
+    return _need("list_events", "ListClusterEvents")(lab.store, name, **filters)
+
+
+def list_cluster_events(lab: Lab, body: dict) -> dict:
+    name = cluster_name(lab, body["ClusterName"])
+    items = events_of(lab, name, **{k: body[k] for k in EVENT_FILTERS if body.get(k) is not None})
+    if body.get("SortOrder", "Descending") == "Descending":  # the model's default
+        items.reverse()
+    page, nxt = _page(items, body, "events")
+    out: dict[str, Any] = {"Events": page}
+    if nxt:
+        out["NextToken"] = nxt
+    return out
+
+
+def describe_cluster_event(lab: Lab, body: dict) -> dict:
+    name = cluster_name(lab, body["ClusterName"])
+    try:
+        ev = _need("describe_event", "DescribeClusterEvent")(lab.store, name, body["EventId"])
+    except NotFound as e:
+        raise ApiError("ResourceNotFound", f"EventId: {e.message}" + (f" ({e.fix})" if e.fix else "")) from None
+    return {"EventDetails": ev}
+
+
+HANDLERS: dict[str, Callable[[Lab, dict], dict]] = {
+    "CreateCluster": create_cluster,
+    "UpdateCluster": update_cluster,
+    "DescribeCluster": describe_cluster,
+    "ListClusters": list_clusters,
+    "DeleteCluster": delete_cluster,
+    "ListClusterNodes": list_cluster_nodes,
+    "DescribeClusterNode": describe_cluster_node,
+    "BatchAddClusterNodes": batch_add_cluster_nodes,
+    "BatchDeleteClusterNodes": batch_delete_cluster_nodes,
+    "BatchRebootClusterNodes": batch_reboot_cluster_nodes,
+    "BatchReplaceClusterNodes": batch_replace_cluster_nodes,
+    "ListClusterEvents": list_cluster_events,
+    "DescribeClusterEvent": describe_cluster_event,
+}
+assert set(HANDLERS) == set(model.OPERATIONS)
+
+
+def call(lab: Lab, op: str, body: Any) -> dict:
+    """Check `body` against the model, run the operation, shape the answer. Raises ApiError."""
+    if op not in ("CreateCluster", "UpdateCluster"):  # these two: lab.spec checks them (with the lab's rules)
+        problems = model.check_input(op, body)
+        if problems:
+            raise model.validation_error(problems)
+    elif not isinstance(body, dict):
+        raise ApiError("SerializationException", f"the request body must be a JSON object, got {type(body).__name__}")
+    try:
+        result = HANDLERS[op](lab, body)
+    except ApiError:
+        raise
+    except SpecInvalid as e:
+        raise spec_error(e) from None
+    except LabError as e:
+        raise lab_error(e, op) from None
+    return model.shape_output(op, result)
+
+
+__all__ = ["HANDLERS", "Lab", "Problem", "call", "events_of"]
