@@ -36,7 +36,10 @@ SIM_LABEL = "simulated instance (provider sim: no VM, no Slurm inside)"
 
 
 def arn(name: str) -> str:
-    return f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:cluster/{zlib.crc32(name.encode()):08x}{name[:4]}"
+    """cluster/<12 hex> as the model's ClusterArn pattern wants (cluster/[a-z0-9]{12})."""
+    import hashlib
+
+    return f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:cluster/{hashlib.sha256(name.encode()).hexdigest()[:12]}"
 
 
 def _ts(t: float | None):
