@@ -114,6 +114,11 @@ def host_status(output: Output = OutputOpt) -> None:
 
 
 # ---------------------------------------------------------------- box
+def _box_progress(line: str) -> None:
+    """The box builder's lines carry their own elapsed time."""
+    err.print(line, markup=False, highlight=False)
+
+
 @box_app.command("build")
 def box_build(
     name: Optional[str] = typer.Option(None, help="box name (default slurmlab/trixie-slurm)"),
@@ -123,7 +128,7 @@ def box_build(
     """Build the Debian 13 + Slurm 24.11 box from Debian's mirror and add it to Vagrant (cached by inputs)."""
     from lab import box
 
-    info = box.build(name or box.DEFAULT_BOX, force=force, progress=Progress())
+    info = box.build(name or box.DEFAULT_BOX, force=force, progress=_box_progress)
     if output == Output.json:
         print_json(vars(info))
     else:
@@ -352,7 +357,7 @@ def up(
     if not box.is_current(sp.box or box.DEFAULT_BOX):
         if sp.box and sp.box != box.DEFAULT_BOX:
             raise LabError(f"box {sp.box} is not added to Vagrant", f"vagrant box add {sp.box} ...")
-        box.build(progress=progress)
+        box.build(progress=_box_progress)
     st = _store()
     if st.cluster(sp.name) is None:
         clusters.create(st, sp)
