@@ -492,6 +492,32 @@ def engine_stop() -> None:
     out.print("engine stopped" if daemon.stop() else "engine was not running")
 
 
+# ---------------------------------------------------------------- verify
+@app.command("verify")
+def verify(
+    name: str = typer.Argument(..., help="cluster name (its inventory: $SLURMLAB_HOME/clusters/NAME/inventory.yml)"),
+    junit: Optional[str] = typer.Option(None, "--junit", help="also write JUnit XML to this file"),
+    inventory: Optional[str] = typer.Option(None, "--inventory", help="check the cluster of this Ansible inventory instead"),
+) -> None:
+    """Check a running cluster (munge, daemons, jobs, names, SSH, clocks) with a testinfra suite. Exit 0 only when all pass."""
+    from pathlib import Path
+
+    from lab import verify as v
+    from lab.errors import NotFound
+    from lab.workspace import ClusterDir
+
+    inv = Path(inventory).expanduser() if inventory else ClusterDir(name).inventory
+    if not inv.is_file():
+        fix = ("check the path given to --inventory" if inventory else
+               "create the cluster first (slurmlab create-cluster), or pass --inventory PATH for another cluster")
+        raise NotFound(f"no Ansible inventory at {inv}", fix)
+    rc = v.run(inv, Path(junit).expanduser() if junit else None)
+    if rc == 5:
+        err.print("error: the verify suite collected no tests (empty inventory groups?)", markup=False, highlight=False)
+        rc = exitcodes.FAILURE
+    raise typer.Exit(rc)
+
+
 def main() -> None:
     try:
         app()

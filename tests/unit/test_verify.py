@@ -1,0 +1,108 @@
+"""`slurmlab verify`: the command's wiring and the shipped suite's collection (no VMs)."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from lab import verify
+from lab.cli import app
+from lab.errors import NotFound
+
+INVENTORY = """\
+all:
+  children:
+    slurm_controller:
+      hosts:
+        ctl: {ansible_host: 192.0.2.2, slurmlab_node_name: ctl, slurmlab_partitions: []}
+    slurm_login:
+      hosts:
+        login1: {ansible_host: 192.0.2.3}
+    slurm_compute:
+      hosts:
+        c1: {ansible_host: 192.0.2.4, slurmlab_partitions: [dev]}
+        c2: {ansible_host: 192.0.2.5}
+  vars:
+    ansible_user: vagrant
+    ansible_become: true
+"""
+
+
+@pytest.fixture
+def inventory(tmp_path) -> Path:
+    p = tmp_path / "inventory.yml"
+    p.write_text(INVENTORY)
+    return p
+
+
+def test_missing_inventory_of_a_named_cluster(lab_home):
+    res = CliRunner().invoke(app, ["verify", "nope"])
+    assert isinstance(res.exception, NotFound)
+    assert str(lab_home / "clusters" / "nope" / "inventory.yml") in res.exception.message
+    assert "--inventory" in res.exception.fix
+
+
+def test_missing_inventory_given_by_path(lab_home, tmp_path):
+    res = CliRunner().invoke(app, ["verify", "x", "--inventory", str(tmp_path / "none.yml")])
+    assert isinstance(res.exception, NotFound)
+
+
+@pytest.mark.parametrize("rc,want", [(0, 0), (1, 1), (2, 2), (5, 1)])
+def test_exit_code_is_pytests_with_no_tests_an_error(lab_home, monkeypatch, rc, want):
+    inv = lab_home / "clusters" / "c" / "inventory.yml"
+    inv.parent.mkdir(parents=True)
+    inv.write_text(INVENTORY)
+    calls = []
+    monkeypatch.setattr(verify, "run", lambda i, j, extra_args=(): calls.append((i, j)) or rc)
+    res = CliRunner().invoke(app, ["verify", "c", "--junit", "out.xml"])
+    assert res.exit_code == want
+    assert calls[0][0] == inv and calls[0][1].name == "out.xml"
+    if rc == 5:
+        assert "collected no tests" in res.output
+
+
+def test_command_line(inventory, tmp_path):
+    cmd = verify.command(inventory, tmp_path / "j.xml")
+    assert cmd[:4] == [sys.executable, "-m", "pytest", str(verify.SUITE)]
+    for arg in (f"--ansible-inventory={inventory.resolve()}", "--hosts=ansible://all", "--force-ansible",
+                "no:cacheprovider", "addopts=", "-v", "-rfE", f"--junitxml={(tmp_path / 'j.xml').resolve()}"):
+        assert arg in cmd
+    assert (verify.SUITE / "test_cluster.py").is_file()
+
+
+def test_suite_collects_per_check_and_node(inventory):
+    r = subprocess.run(verify.command(inventory, None, ["--collect-only", "-q"]),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    ids = set(re.findall(r"<Function (\S+)>", r.stdout))
+    for want in [
+        "test_inventory_groups",
+        "test_munge_active[ctl]", "test_munge_active[login1]", "test_munge_active[c2]",
+        "test_munge_key_same_on_every_node",
+        "test_munge_key_mode_and_owner[c1]",
+        "test_slurmctld_active_on_controller",
+        "test_slurmctld_not_on_other_nodes[c1]", "test_slurmctld_not_on_other_nodes[login1]",
+        "test_slurmd_active_on_compute[c1]", "test_slurmd_active_on_compute[c2]",
+        "test_sackd_active_on_login[login1]", "test_slurmd_not_on_login[login1]",
+        "test_login_submits_and_queries[login1]",
+        "test_compute_node_state_in_sinfo[c1]", "test_compute_node_in_its_partitions[c2]",
+        "test_srun_covers_all_compute_nodes",
+        "test_names_resolve[ctl]",
+        "test_ssh_password_login_disabled[login1]",
+        "test_vagrant_insecure_key_not_authorized[c2]",
+        "test_clocks_within_one_second",
+    ]:
+        assert want in ids, f"{want} not collected:\n{r.stdout}"
+    assert "test_slurmctld_not_on_other_nodes[ctl]" not in ids
+    assert "test_slurmd_active_on_compute[ctl]" not in ids
+
+
+def test_suite_without_login_group(tmp_path):
+    p = tmp_path / "inv.yml"
+    p.write_text(INVENTORY.replace("    slurm_login:\n      hosts:\n        login1: {ansible_host: 192.0.2.3}\n", ""))
+    r = subprocess.run(verify.command(p, None, ["--collect-only", "-q"]), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "login1" not in r.stdout and "test_srun_covers_all_compute_nodes" in r.stdout
