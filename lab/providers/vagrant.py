@@ -65,6 +65,7 @@ class VagrantProvider:
         self.box = box or boxmod.DEFAULT_BOX
         self._machines: dict[str, dict[str, MachineSpec]] = {}
         self._lock = threading.Lock()
+        self._inflight: dict[str, set] = {}  # cluster -> running vagrant processes (Popen)
 
     # ------------------------------------------------------------------ helpers
     def _vagrant(self, cluster: str, args: list[str], logname: str, timeout: float = 1800) -> None:
@@ -76,11 +77,31 @@ class VagrantProvider:
         with open(logf, "a") as f:
             f.write(f"\n$ vagrant {' '.join(args)}\n")
             f.flush()
-            proc = subprocess.run(cmd, cwd=cd.root, env=_vagrant_env(), stdout=f, stderr=subprocess.STDOUT,
-                                  timeout=timeout, stdin=subprocess.DEVNULL)
-        if proc.returncode != 0:
+            # its own process group: a delete can end it (and its ssh children) at once
+            proc = subprocess.Popen(cmd, cwd=cd.root, env=_vagrant_env(), stdout=f, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            with self._lock:
+                self._inflight.setdefault(cluster, set()).add(proc)
+            try:
+                rc = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                _end_group(proc)
+                rc = proc.returncode if proc.returncode is not None else -1
+            finally:
+                with self._lock:
+                    self._inflight.get(cluster, set()).discard(proc)
+        if rc != 0:
             tail = "\n".join(logf.read_text().splitlines()[-12:])
-            raise LaunchError(f"vagrant {' '.join(args)} failed ({proc.returncode}):\n{tail}", log_path=logf)
+            raise LaunchError(f"vagrant {' '.join(args)} failed ({rc}):\n{tail}", log_path=logf)
+
+    def stop_inflight(self, cluster: str) -> int:
+        """End the vagrant commands still running for a cluster (a delete or a rollback needs no
+        VM that is still booting). Returns how many were ended."""
+        with self._lock:
+            procs = list(self._inflight.get(cluster, ()))
+        for p in procs:
+            _end_group(p)
+        return len(procs)
 
     def network(self, cluster: str, preferred_index: int = 0) -> ClusterNet:
         return network.ensure(cluster, preferred_index)
@@ -170,6 +191,7 @@ class VagrantProvider:
 
     def delete_cluster(self, cluster: str) -> list[str]:
         """Remove every domain, volume and network of the cluster, then its folder."""
+        self.stop_inflight(cluster)
         removed = []
         names = sorted(self.observe(cluster))
         cd = ClusterDir(cluster)
@@ -197,6 +219,23 @@ class VagrantProvider:
             shutil.copy2(f, dest / f.name)
             out.append(dest / f.name)
         return out
+
+
+def _end_group(proc) -> None:
+    """SIGTERM a vagrant process group we started; SIGKILL it if it lingers."""
+    import signal
+    import subprocess
+
+    for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _cluster_of(dom) -> str | None:
