@@ -25,17 +25,8 @@ EVENTS_IN_STATE = 100
 
 
 def apply_capacity(st, cap: capacity.CapacityFile, now: float | None = None) -> None:
-    """Limits now, arrivals counted from now; nodes waiting for a type that got more retry at once."""
-    if hasattr(capacity, "apply"):  # the engine's own (it knows faults, too)
-        capacity.apply(st, cap, now)
-        return
-    now = now or time.time()
-    for t, n in cap.available.items():
-        st.set_capacity(t, n)
-        st.retry_now(t)
-    for t, arrivals in cap.arrivals.items():
-        for a in arrivals:
-            st.add_arrival(t, now + a.after_seconds, a.count)
+    """Limits now, arrivals counted from now, faults if given (lab.capacity.apply does it all)."""
+    capacity.apply(st, cap, now)
 
 
 def capacity_state(st) -> dict:
