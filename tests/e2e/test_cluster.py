@@ -4,7 +4,8 @@ examples/small.yaml: 1 controller + 1 login + 2 compute (768 MiB each). Only one
 available at first: the cluster goes InService with one compute node, a job runs there, then
 capacity appears, the second node joins by itself (slurm.conf + one scontrol reconfigure) and
 the running job survives the join. Then both nodes are idle, `srun -N2 hostname` covers them,
-a second Ansible run changes nothing, and delete leaves nothing in libvirt.
+a second Ansible run changes nothing, `slurmlab verify` passes and then names the check that fails
+when a node's slurmd is stopped, and delete leaves nothing in libvirt.
 """
 
 from __future__ import annotations
@@ -155,6 +156,48 @@ def test_second_ansible_run_changes_nothing():
     for playbook in ("controller.yml", "nodes.yml", "join.yml"):
         r = run_playbook(ctx, playbook, workdir=ClusterDir(NAME).root)
         assert r.ok and sum(r.changed.values()) == 0, f"{playbook} changed {r.changed}"
+
+
+def _junit(path: Path) -> tuple[dict, set[str]]:
+    """(the testsuite's counters, the names of the failed test cases) of a JUnit XML file."""
+    import xml.etree.ElementTree as ET
+
+    suite = ET.parse(path).getroot()
+    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+    counts = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
+    failed = {tc.get("name") for tc in suite.iter("testcase") if tc.find("failure") is not None or tc.find("error") is not None}
+    return counts, failed
+
+
+def test_verify_passes_on_the_cluster(tmp_path):
+    junit = tmp_path / "verify.xml"
+    p = sl("verify", NAME, "--junit", str(junit), check=False, timeout=1200)
+    counts, failed = _junit(junit)
+    assert p.returncode == 0, f"verify failed: {sorted(failed)}\n{p.stdout[-4000:]}"
+    assert counts["tests"] >= 30 and counts["failures"] == 0 and counts["errors"] == 0 and not failed
+    assert "test_srun_covers_all_compute_nodes PASSED" in p.stdout
+
+
+def test_verify_names_a_stopped_slurmd(tmp_path):
+    node = f"{NAME}-compute-2"
+    on(node, "sudo systemctl stop slurmd")
+    try:
+        junit = tmp_path / "verify.xml"
+        p = sl("verify", NAME, "--junit", str(junit), check=False, timeout=1200)
+        _, failed = _junit(junit)
+        assert p.returncode == 1, p.stdout[-4000:]
+        assert f"test_slurmd_active_on_compute[{node}]" in failed
+        assert f"FAILED" in p.stdout and f"test_slurmd_active_on_compute[{node}]" in p.stdout
+        # the healthy compute node's check passed: the failure is pinned on the stopped one
+        assert f"test_slurmd_active_on_compute[{NAME}-compute-1]" not in failed
+    finally:
+        on(node, "sudo systemctl start slurmd")
+        # ReturnToService=2: the node comes back when its slurmd registers again
+        deadline = time.monotonic() + 300
+        while on("login", f"sinfo -h -N -n {node} -o %T").strip() != "idle" and time.monotonic() < deadline:
+            on("controller", f"sudo scontrol update nodename={node} state=resume 2>/dev/null || true")
+            time.sleep(5)
+    assert on("login", f"sinfo -h -N -n {node} -o %T").strip() == "idle"
 
 
 def test_delete_leaves_nothing_in_libvirt():

@@ -50,6 +50,7 @@ VAGRANT_INSECURE_KEY = (
 )
 GOOD_STATES = {"idle", "allocated", "mixed"}
 CLOCK_TOLERANCE = 1.0  # seconds
+SRUN_WAIT = 60  # seconds srun may wait for its allocation
 
 
 class Cluster:
@@ -279,7 +280,9 @@ def test_srun_covers_all_compute_nodes(cluster):
     seen: set[str] = set()
     for partition, nodes in _srun_plan(cluster):
         p = f" -p {shlex.quote(partition)} -w {','.join(nodes)}" if partition else ""
-        cmd = f"timeout 300 srun -N{len(nodes)}{p} hostname"
+        # --immediate: fail when the nodes cannot be allocated within SRUN_WAIT s (a down or
+        # draining node) instead of queueing; timeout bounds a launch that hangs on a dead slurmd.
+        cmd = f"timeout {SRUN_WAIT + 60} srun --immediate={SRUN_WAIT} -N{len(nodes)}{p} hostname"
         seen |= {line.strip().split(".")[0] for line in cluster.out(where, cmd, user).splitlines() if line.strip()}
     want = {cluster.slurm_name(n) for n in cluster.compute}
     assert want <= seen, f"srun from {where} did not reach {sorted(want - seen)} (saw {sorted(seen)})"
