@@ -64,6 +64,26 @@ def apply(st, cap: CapacityFile, now: float | None = None) -> None:
         st.set_faults(cap.faults.seed, cap.faults.launch_failure_rate)
 
 
+def state(st, now: float | None = None) -> dict:
+    """What `slurmlab capacity show` and GET /_lab/capacity report: limits and use per instance type,
+    arrivals still to come, and the injected faults."""
+    import time
+
+    from lab.engine.engine import Engine
+
+    now = time.time() if now is None else now
+    used = Engine(st, None, None)._used()
+    limits = st.capacity()
+    rows = [{"InstanceType": t, "Available": limits.get(t), "InUse": used.get(t, 0)}
+            for t in sorted(set(limits) | {k for k in used if k})]
+    arrivals = [{"InstanceType": t, "InSeconds": max(0, round(due - now)), "Count": n}
+                for _, t, due, n in st.pending_arrivals()]
+    out = {"Capacity": rows, "Arrivals": arrivals}
+    if hasattr(st, "faults"):
+        out["Faults"] = st.faults()
+    return out
+
+
 def launch_fault(faults: dict, cluster: str, node: str, generation: int, attempt: int) -> str | None:
     """Whether this launch attempt fails by injection (same seed, same answer); the reason if so."""
     import random

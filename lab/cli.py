@@ -417,24 +417,19 @@ def load_capacity_file(st, path: str) -> None:
 @capacity_app.command("show")
 def capacity_show(output: Output = OutputOpt) -> None:
     """Limits per instance type, what is in use, and arrivals still to come."""
-    import time as _t
+    from lab import capacity
 
-    from lab.engine.engine import Engine
-
-    st = _store()
-    used = Engine(st, None, None)._used()
-    limits = st.capacity()
-    arrivals = [{"InstanceType": t, "InSeconds": round(due - _t.time()), "Count": n}
-                for _, t, due, n in st.pending_arrivals()]
-    rows = [{"InstanceType": t, "Available": limits.get(t), "InUse": used.get(t, 0)}
-            for t in sorted(set(limits) | {k for k in used if k})]
+    state = capacity.state(_store())
+    rows, arrivals = state["Capacity"], state["Arrivals"]
     if output == Output.json:
-        print_json({"Capacity": rows, "Arrivals": arrivals})
+        print_json(state)
         return
     for r in rows:
         out.print(f"{r['InstanceType']:<16} in use {r['InUse']}  available {'unlimited' if r['Available'] is None else r['Available']}")
     for a in arrivals:
         out.print(f"arriving: {a['Count']} x {a['InstanceType']} in {a['InSeconds']} s")
+    if state.get("Faults"):
+        out.print(f"faults: {state['Faults']}")
     if not rows and not arrivals:
         out.print("no limits: every instance type is unlimited (the host's memory still counts)")
 

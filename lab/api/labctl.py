@@ -30,19 +30,9 @@ def apply_capacity(st, cap: capacity.CapacityFile, now: float | None = None) -> 
 
 
 def capacity_state(st) -> dict:
-    from lab.engine.engine import Engine
+    from lab import capacity
 
-    used = Engine(st, None, None)._used()
-    limits = st.capacity()
-    now = time.time()
-    rows = [{"InstanceType": t, "Available": limits.get(t), "InUse": used.get(t, 0)}
-            for t in sorted(set(limits) | {k for k in used if k})]
-    arrivals = [{"InstanceType": t, "InSeconds": max(0, round(due - now)), "Count": n}
-                for _, t, due, n in st.pending_arrivals()]
-    out = {"Capacity": rows, "Arrivals": arrivals}
-    if hasattr(st, "faults"):
-        out["Faults"] = st.faults()
-    return out
+    return capacity.state(st)
 
 
 def set_capacity(st, raw: bytes, content_type: str = "") -> dict:

@@ -170,6 +170,12 @@ def test_capacity_shortage_keeps_cluster_going_and_fills_up_when_capacity_arrive
     st.add_arrival("ml.c5.large", clock.t + 30, 1)
     run_steps(eng, 3)
     assert len(prov.launched) == launched_before  # not yet arrived
+    # what `slurmlab capacity show` and GET /_lab/capacity report
+    from lab import capacity
+
+    state = capacity.state(st, now=clock.t)
+    assert {"InstanceType": "ml.c5.large", "Available": 1, "InUse": 1} in state["Capacity"]
+    assert state["Arrivals"] == [{"InstanceType": "ml.c5.large", "InSeconds": 30, "Count": 1}]
     clock.t += 31  # arrival due; the waiting node retries at once, not after its backoff
     run_steps(eng, 8)
     assert set(phases(st).values()) == {"running"}
