@@ -379,7 +379,8 @@ def up(
     out.print(f"\nfirst job: {result['command']}\n" + "\n".join(f"  {l}" for l in result["output"].splitlines()))
     out.print(f"\nget in:     slurmlab ssh {sp.name} {entry.name}")
     out.print(f"run a job:  slurmlab ssh {sp.name} {entry.name} -- srun -N{result['nodes']} hostname")
-    out.print(f"verify:     slurmlab list-cluster-nodes {sp.name}")
+    out.print(f"nodes:      slurmlab list-cluster-nodes {sp.name}")
+    out.print(f"verify:     slurmlab verify {sp.name}")
     out.print(f"tear down:  slurmlab delete-cluster {sp.name}")
 
 
