@@ -181,12 +181,22 @@ class VagrantProvider:
             raise LaunchError(f"{name}: vagrant reload returned but the domain is {obs.state if obs else 'missing'}")
         return obs
 
+    def _destroy(self, cluster: str, name: str) -> None:
+        """`vagrant destroy -f NAME`, never taking the cluster's network with it.
+
+        vagrant-libvirt lists the management network in each machine's `created_networks` and
+        undefines it on destroy when libvirt reports no connections on it; the network belongs to
+        slurmlab (network.py), so the list goes first (also for machines made before the Vagrantfile
+        said `management_network_keep`)."""
+        (ClusterDir(cluster).root / ".vagrant" / "machines" / name / "libvirt" / "created_networks").unlink(missing_ok=True)
+        try:
+            self._vagrant(cluster, ["destroy", "-f", name], name, timeout=600)
+        except LaunchError as e:
+            log.warning("vagrant destroy %s failed, removing through libvirt: %s", name, e)
+
     def remove(self, cluster: str, names: list[str]) -> None:
         for name in names:
-            try:
-                self._vagrant(cluster, ["destroy", "-f", name], name, timeout=600)
-            except LaunchError as e:
-                log.warning("vagrant destroy %s failed, removing through libvirt: %s", name, e)
+            self._destroy(cluster, name)
             _purge_domain(name)
 
     def delete_cluster(self, cluster: str) -> list[str]:
@@ -197,10 +207,7 @@ class VagrantProvider:
         cd = ClusterDir(cluster)
         if names and cd.vagrantfile.exists():
             for n in names:
-                try:
-                    self._vagrant(cluster, ["destroy", "-f", n], n, timeout=600)
-                except LaunchError as e:
-                    log.warning("vagrant destroy %s failed: %s", n, e)
+                self._destroy(cluster, n)
         for n in names:
             _purge_domain(n)
             removed.append(f"domain {n}")

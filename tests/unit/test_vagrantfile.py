@@ -66,3 +66,27 @@ def test_address_for_ordinals():
     assert network.address_for(net, 0) == "10.213.9.10"
     with pytest.raises(ValueError):
         network.address_for(net, 500)
+
+
+def test_vagrant_keeps_the_network_it_did_not_create():
+    assert "lv.management_network_keep = true" in _render()
+
+
+def test_destroying_one_node_never_takes_the_cluster_network(tmp_path, monkeypatch):
+    """vagrant-libvirt undefines every network listed in the machine's created_networks on destroy;
+    the provider drops that list first, also for machines made by an older Vagrantfile."""
+    from lab.providers import vagrant
+
+    monkeypatch.setenv("SLURMLAB_HOME", str(tmp_path))
+    state = tmp_path / "clusters" / "demo" / ".vagrant" / "machines"
+    for n in ("demo-compute-1", "demo-compute-2"):
+        (state / n / "libvirt").mkdir(parents=True)
+        (state / n / "libvirt" / "created_networks").write_text("223c984f-bd68-4f71-b894-d0e1f0a9a8b7\n")
+    calls = []
+    prov = vagrant.VagrantProvider()
+    monkeypatch.setattr(prov, "_vagrant", lambda cluster, args, logname, timeout=0: calls.append(
+        (args, (state / args[-1] / "libvirt" / "created_networks").exists())))
+    monkeypatch.setattr(vagrant, "_purge_domain", lambda name: None)
+    prov.remove("demo", ["demo-compute-2"])
+    assert calls == [(["destroy", "-f", "demo-compute-2"], False)]
+    assert (state / "demo-compute-1" / "libvirt" / "created_networks").exists()  # another node's file untouched
