@@ -320,6 +320,58 @@ def delete_cluster(
         out.print(f"{name} deleted" if wait else f"{name} is Deleting")
 
 
+# ---------------------------------------------------------------- node operations (HyperPod's Batch*ClusterNodes)
+def _batch_result(op: str, result: dict, output: Output) -> None:
+    """Print a Batch*ClusterNodes response; exit 1 when any node was refused (the others go ahead)."""
+    if output == Output.json:
+        print_json(result)
+    else:
+        done = result.get("SuccessfulNodeLogicalIds") or [r["NodeLogicalId"] for r in result.get("Successful", [])
+                                                          if isinstance(r, dict) and "NodeLogicalId" in r]
+        if done:
+            out.print(f"{op}: {', '.join(done)}  (watch: slurmlab list-cluster-nodes, describe-cluster --wait-for FullSize)")
+    failures = [*result.get("Failed", []), *result.get("FailedNodeLogicalIds", [])]
+    for f in failures:
+        who = f.get("NodeLogicalId") or f.get("NodeId") or f.get("InstanceGroupName")
+        err.print(f"error: {who}: {f.get('Code') or f.get('ErrorCode')}: {f.get('Message')}", markup=False, highlight=False)
+    if failures:
+        raise typer.Exit(exitcodes.FAILURE)
+
+
+@app.command("batch-add-cluster-nodes")
+def batch_add_cluster_nodes(
+    name: str,
+    group: str = typer.Argument(..., help="the instance group to grow"),
+    count: int = typer.Option(1, "--count", min=1, help="how many nodes to add (IncrementTargetCountBy)"),
+    output: Output = OutputOpt,
+) -> None:
+    """Scale out: add nodes to an instance group; they launch, configure and join Slurm in the background."""
+    from lab.engine import clusters
+
+    r = clusters.add_nodes(_store(), name, [{"InstanceGroupName": group, "IncrementTargetCountBy": count}], start_engine=True)
+    _batch_result("adding", r, output)
+
+
+def _node_op(verb: str, fn_name: str):
+    def command(
+        name: str,
+        nodes: list[str] = typer.Argument(..., help="node names (NodeLogicalId) or instance ids"),
+        output: Output = OutputOpt,
+    ) -> None:
+        from lab.engine import clusters
+
+        _batch_result(verb, getattr(clusters, fn_name)(_store(), name, nodes, start_engine=True), output)
+    return command
+
+
+app.command("batch-delete-cluster-nodes", help="Scale in: drain these nodes, take them out of Slurm (one reconfigure), "
+            "destroy their VMs; each group's target drops by one.")(_node_op("deleting", "delete_nodes"))
+app.command("batch-reboot-cluster-nodes", help="Restart these nodes' VMs; each is configured and joins Slurm again.")(
+    _node_op("rebooting", "reboot_nodes"))
+app.command("batch-replace-cluster-nodes", help="Replace these nodes with fresh VMs under the same names (new instance ids).")(
+    _node_op("replacing", "replace_nodes"))
+
+
 @app.command("ssh", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def ssh(ctx: typer.Context, name: str, node: str = typer.Argument(..., help="node name, or a group name for its first node")) -> None:
     """Open a shell on a node (or run the command given after --), with the cluster's own key."""

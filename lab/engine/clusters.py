@@ -628,6 +628,13 @@ def describe_event(st: Store, name: str, event_id: str) -> dict:
 
 
 # ------------------------------------------------------------------------------------ waiting
+def _at_target(st: Store, name: str, d: dict) -> bool:
+    """Every group at its target and no node with work still to do (after a scale-out, a scale-in,
+    a reboot or a replacement, not just once after the create)."""
+    return (all(g["CurrentCount"] == g["TargetCount"] for g in d["InstanceGroups"])
+            and all(n.phase == "running" and not n.pending for n in st.nodes(name)))
+
+
 def wait(st: Store, name: str, until: str, on_change: Callable[[dict, list[dict]], None] | None = None,
          timeout: float = 3600, poll: float = 1.0) -> dict:
     """Poll until `until` (InService | FullSize | Deleted | Failed) holds; raise TimeoutError else."""
@@ -649,7 +656,7 @@ def wait(st: Store, name: str, until: str, on_change: Callable[[dict, list[dict]
             return d
         if until == "InService" and d["ClusterStatus"] == "InService":
             return d
-        if until == "FullSize" and c.full_size_at:
+        if until == "FullSize" and c.full_size_at and _at_target(st, name, d):
             return d
         if time.monotonic() > deadline:
             raise TimeoutError(f"cluster {name} did not reach {until} in {timeout:.0f} s")

@@ -102,7 +102,13 @@ def test_batch_add_nodes_names_them_at_once_and_they_join(tmp_path):
             ("nope", "InstanceGroupNotFound", 1), ("login", "IncompatibleInstanceTypes", 1)]
         assert _groups(lab)["compute"]["TargetCount"] == 3
         assert _groups(lab)["compute"]["ActiveOperations"] == {"Scaling": 1}
+        # `describe-cluster --wait-for FullSize` right after a scale-out waits for the new nodes
+        # (the cluster reached its full size once already, at create)
+        assert lab.st.cluster("demo").full_size_at
+        with pytest.raises(TimeoutError):
+            clusters.wait(lab.st, "demo", "FullSize", timeout=0, poll=0)
         await lab.run_until(lambda: lab.full())
+        assert clusters.wait(lab.st, "demo", "FullSize", timeout=0, poll=0)["ClusterStatus"] == "InService"
         joins = [c for c in lab.conf.calls if c[0] == "join"]
         assert joins[-1] == ("join", ("demo-compute-2", "demo-compute-3"))  # one reconfigure for the batch
         assert _group(lab, "compute")["InstanceCount"] == 3  # the stored spec follows
