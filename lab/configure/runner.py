@@ -7,6 +7,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -80,7 +81,10 @@ def _failures(events) -> dict[str, str]:
 
 
 def run_playbook(ctx: inv.ClusterContext, playbook: str, *, limit: list[str] | None = None,
-                 joining: list[str] = (), extravars: dict | None = None, workdir: Path) -> PlaybookResult:
+                 joining: list[str] = (), extravars: dict | None = None, workdir: Path,
+                 on_event: Callable[[dict], None] | None = None) -> PlaybookResult:
+    """One ansible-playbook run. `on_event`, if given, sees each ansible-runner event as it arrives
+    (its errors are logged, never raised: every event is still kept for the failure report)."""
     import ansible_runner
 
     global _seq
@@ -94,6 +98,14 @@ def run_playbook(ctx: inv.ClusterContext, playbook: str, *, limit: list[str] | N
     atomic_write(inventory_file, yaml.safe_dump(data, sort_keys=True), 0o600)
     atomic_write(workdir / "inventory.yml", yaml.safe_dump(inv.build(ctx), sort_keys=True), 0o600)
     t0 = time.monotonic()
+
+    def keep(event: dict) -> bool:
+        try:
+            on_event(event)
+        except Exception:  # noqa: BLE001 - an observer never breaks the run
+            log.exception("event handler")
+        return True  # ansible-runner drops events whose handler returns a false value
+
     r = ansible_runner.run(
         private_data_dir=str(run_dir),
         project_dir=str(paths.resource("playbooks")),
@@ -104,6 +116,7 @@ def run_playbook(ctx: inv.ClusterContext, playbook: str, *, limit: list[str] | N
         envvars=envvars(ctx),
         quiet=True,
         suppress_env_files=True,
+        event_handler=keep if on_event is not None else None,
     )
     stats = r.stats or {}
     result = PlaybookResult(

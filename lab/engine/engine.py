@@ -491,6 +491,9 @@ class Engine:
         await self._call(cluster, self.configurer_for(c), "configure", ctx, n.name, node_type)
         if node_type == "Compute":
             self.store.update_node(cluster, a.node, phase="configured", message="configured, waiting to join")
+            # when configuring ended and waiting for the join began (bench/cluster_timeline.py reads it)
+            self.store.add_event(cluster, "Instance", "Info", f"{a.node}: compute configured, waiting to join Slurm",
+                                 grp=a.group, node=a.node, operation_id=self._op_of(cluster, a.node, a.group))
         else:
             self.store.update_node(cluster, a.node, phase="running", joined_at=self.clock(), message="", attempts=0)
             self.store.add_event(cluster, "Instance", "Info", f"{a.node}: {node_type.lower()} ready",

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parent / "data"
 INVENTORY = DATA / "inventory.yml"
 GOLDEN = DATA / "slurm.conf.golden"
-PLAYBOOKS = ["controller.yml", "nodes.yml", "join.yml", "leave.yml", "lifecycle.yml"]
+PLAYBOOKS = ["controller.yml", "nodes.yml", "join.yml", "leave.yml", "lifecycle.yml", "site.yml"]
 ROLES = ["common", "munge", "slurm_controller", "slurm_node"]
 
 RENDER_PLAY = """

@@ -58,19 +58,20 @@ def main(s):
     units = s["units"].setdefault(me, {u: {"enabled": u == "ssh", "active": u == "ssh"} for u in UNITS})
     ctl = s["units"].get(s["controller"], {}).get("slurmctld", {})
     if prog == "systemctl":
-        args = [a for a in args if a not in ("--no-pager", "--plain", "--all", "-l")]
+        wanted = [a.split("=", 1)[1] for a in args if a.startswith("--property=")]
+        args = [a for a in args if a not in ("--no-pager", "--plain", "--all", "-l") and not a.startswith("--property=")]
         cmd, unit = (args + ["", ""])[:2]
         unit = unit.replace(".service", "")
         u = units.get(unit)
         if cmd == "show":
-            if "--property=ActiveState" in args:
-                print("ActiveState=" + ("active" if u and u["active"] else "inactive"))
-            elif not u:
-                print(f"Id={unit}.service\nLoadState=not-found\nActiveState=inactive\nSubState=dead")
-            else:
-                print(f"Id={unit}.service\nLoadState=loaded\nActiveState={'active' if u['active'] else 'inactive'}\n"
-                      f"SubState={'running' if u['active'] else 'dead'}\n"
-                      f"UnitFileState={'enabled' if u['enabled'] else 'disabled'}")
+            props = {"Id": f"{unit}.service", "LoadState": "loaded" if u else "not-found",
+                     "ActiveState": "active" if u and u["active"] else "inactive",
+                     "SubState": "running" if u and u["active"] else "dead"}
+            if u:
+                props["UnitFileState"] = "enabled" if u["enabled"] else "disabled"
+            for k in wanted or props:  # systemctl show --property=A --property=B prints A then B
+                if k in props:
+                    print(f"{k}={props[k]}")
             return 0
         if cmd == "is-enabled":
             print("enabled" if u and u["enabled"] else "disabled")
@@ -414,3 +415,37 @@ def test_lifecycle_runs_once_and_reports_failure(guests):
     recap, out = guests.run("lifecycle.yml", "--limit", "demo-compute-2", expect_rc=2)
     assert "on_create.sh failed on demo-compute-2 (exit 3)" in out and "boom" in out
     assert not guests.path("demo-compute-2", "/var/lib/slurmlab/lifecycle-on-create.done").exists()
+
+
+@pytest.fixture
+def fresh_guests(tmp_path):
+    why = _can_run()
+    if why:
+        pytest.skip(why)
+    if not _ansible_playbook():
+        pytest.skip("ansible-playbook is not installed")
+    g = Guests(tmp_path)
+    yield g
+    g.close()
+
+
+def test_site_builds_the_whole_cluster_in_one_run(fresh_guests):
+    """site.yml (the naive baseline of bench/cluster_timeline.py): every play of the engine in one run,
+    slurm.conf listing every compute node from the start, so the join needs no reconfigure."""
+    guests = fresh_guests
+    recap, out = guests.run("site.yml")
+    assert set(recap) == set(guests.hosts) and not any(s["failed"] or s["unreachable"] for s in recap.values()), out
+    state = guests.read_state()
+    assert state["units"]["demo-controller-1"]["slurmctld"] == {"enabled": True, "active": True}
+    assert state["units"]["demo-login-1"]["sackd"] == {"enabled": True, "active": True}
+    for node in ("demo-compute-1", "demo-compute-2", "demo-gpu-1"):
+        assert state["units"][node]["slurmd"] == {"enabled": True, "active": True}, node
+    assert re.findall(r"(?m)^NodeName=(\S+)", state["loaded"]) == ["demo-compute-1", "demo-compute-2", "demo-gpu-1"]
+    assert state["reconfigures"] == 0, "slurmctld started with the full node set"
+    for host in guests.hosts:  # each node's OnCreate ran once, as itself
+        assert guests.path(host, "/var/lib/on-create.out").read_text().startswith(f"{host} "), host
+    # the controller's OnCreate ran before any login or compute node was configured (the engine's order)
+    plays = re.findall(r"(?m)^PLAY \[(.+?)\]", out)
+    assert plays.index("Run the OnCreate lifecycle script") < plays.index("Configure login and compute nodes")
+    recap, out = guests.run("site.yml")
+    assert _changed(recap) == {}, out
