@@ -74,6 +74,9 @@ def _failures(events) -> dict[str, str]:
         msg = res.get("msg") or res.get("stderr") or res.get("stdout") or ""
         if isinstance(msg, list):
             msg = " ".join(map(str, msg))
+        said = str(res.get("stderr") or res.get("stdout") or "").strip()
+        if msg == "non-zero return code" and said:  # a command: what it said is the reason
+            msg = f"exit {res.get('rc')}: {said.splitlines()[-1]}"
         msg = " ".join(str(msg).split())[:300]
         kind = "unreachable" if ev["event"] == "runner_on_unreachable" else "failed"
         out[data.get("host", "?")] = f"task '{data.get('task', '?')}' {kind}: {msg}"

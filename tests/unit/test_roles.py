@@ -232,3 +232,13 @@ def test_hosts_block_and_daemon_options(rendered):
         "192.0.2.20 demo-login-1",
     ]
     assert 'SLURMD_OPTIONS="--conf-server demo-controller-1"' in (rendered / "default-slurmd").read_text()
+
+
+def test_failure_reason_of_a_command_is_what_it_said():
+    from lab.configure.runner import _failures
+
+    ev = {"event": "runner_on_failed", "event_data": {"host": "demo-controller-1", "task": "Reconfigure slurmctld", "res": {
+        "msg": "non-zero return code", "rc": 1, "stdout": "",
+        "stderr": "slurm_reconfigure error: Socket timed out on send/recv operation"}}}
+    assert _failures([ev]) == {"demo-controller-1": "task 'Reconfigure slurmctld' failed: exit 1: "
+                                                    "slurm_reconfigure error: Socket timed out on send/recv operation"}
