@@ -151,7 +151,8 @@ def test_handlers_in_execution_order():
     for role in ROLES:
         handlers = yaml.safe_load((ROOT / "roles" / role / "handlers" / "main.yml").read_text()) or []
         names += [h["name"] for h in handlers]
-    assert names == ["Restart munge", "Reconfigure slurmctld", "Restart slurmd", "Restart sackd"]
+    assert names == ["Restart munge", "Reconfigure slurmctld", "Forget the owed reconfigure", "Restart slurmd",
+                     "Restart sackd"]
 
 
 def test_slurm_conf_matches_golden(rendered):
@@ -242,3 +243,59 @@ def test_failure_reason_of_a_command_is_what_it_said():
         "stderr": "slurm_reconfigure error: Socket timed out on send/recv operation"}}}
     assert _failures([ev]) == {"demo-controller-1": "task 'Reconfigure slurmctld' failed: exit 1: "
                                                     "slurm_reconfigure error: Socket timed out on send/recv operation"}
+
+
+OWED_PLAY = """
+- name: Render slurm.conf for a running slurmctld
+  hosts: slurm_controller
+  gather_facts: false
+  connection: local
+  tasks:
+    - name: Running already
+      ansible.builtin.set_fact:
+        slurm_controller_was_active: true
+    - name: Render
+      ansible.builtin.include_role:
+        name: slurm_controller
+        tasks_from: config.yml
+      vars:
+        slurm_controller_conf_dir: "{{ out }}"
+"""
+
+
+def test_a_failed_reconfigure_is_owed_until_it_succeeds(tmp_path):
+    """The first run changes slurm.conf and its `scontrol reconfigure` fails; the second run has
+    nothing to render but still reconfigures (the marker), and a third run does nothing."""
+    out, bin_dir = tmp_path / "out", tmp_path / "bin"
+    out.mkdir()
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    scontrol = bin_dir / "scontrol"
+    refuse = tmp_path / "refuse"  # while it exists, scontrol fails as when slurmctld is away
+    refuse.touch()
+    scontrol.write_text(f"#!/bin/sh\necho \"$*\" >> {calls}\n"
+                        f"[ ! -e {refuse} ] || {{ echo 'Unable to contact slurm controller' >&2; exit 1; }}\n")
+    scontrol.chmod(0o755)
+    (tmp_path / "play.yml").write_text(OWED_PLAY)
+    user, group = getpass.getuser(), grp.getgrgid(os.getgid()).gr_name
+    env = _env(tmp_path)
+    env["PATH"] = f"{bin_dir}:{env['PATH']}"
+    cmd = [_ansible_tool("ansible-playbook"), "-i", str(INVENTORY), str(tmp_path / "play.yml"), "-e", f"out={out}",
+           "-e", f"slurm_controller_conf_owner={user}", "-e", f"slurm_controller_conf_group={group}",
+           "-e", f"ansible_python_interpreter={sys.executable}"]
+
+    def run():
+        return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+    first = run()
+    assert first.returncode != 0 and (out / ".slurmlab-reconfigure-owed").exists(), first.stdout[-2000:]
+    assert calls.read_text().splitlines() == ["reconfigure"] * 4  # one try and three retries, all refused
+    calls.write_text("x\n")
+    refuse.unlink()  # from now on scontrol succeeds
+    second = run()
+    assert second.returncode == 0, second.stdout[-2000:]
+    assert calls.read_text().splitlines()[1:] == ["reconfigure"]
+    assert not (out / ".slurmlab-reconfigure-owed").exists()
+    third = run()
+    assert third.returncode == 0 and calls.read_text().splitlines()[1:] == ["reconfigure"]
+    assert "changed=0" in third.stdout
