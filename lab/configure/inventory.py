@@ -45,14 +45,6 @@ def default_partition(ctx: ClusterContext) -> str:
     return "dev"
 
 
-def all_partitions(ctx: ClusterContext) -> list[str]:
-    """Every partition a compute group names (the default one for a group that names none): slurm.conf
-    lists each from the start, with no nodes until one joins, so jobs can be queued the moment the
-    cluster is InService."""
-    parts = {p for g in ctx.groups if g.node_type == "Compute" for p in (g.partitions or [default_partition(ctx)])}
-    return sorted(parts)
-
-
 def build(ctx: ClusterContext, joining: list[str] = ()) -> dict:
     types = {g.name: g for g in ctx.groups}
     controller = next((n.name for n in ctx.nodes if types[n.grp].node_type == "Controller"), None)
@@ -85,6 +77,5 @@ def build(ctx: ClusterContext, joining: list[str] = ()) -> dict:
         "slurmlab_etc_hosts": [{"name": n.name, "address": n.address} for n in sorted(ctx.nodes, key=lambda n: n.name)],
         "slurmlab_slurm_nodes": slurm_nodes(ctx, joining),
         "slurmlab_partitions_default": default_partition(ctx),
-        "slurmlab_partitions_all": all_partitions(ctx),
     }
     return inv

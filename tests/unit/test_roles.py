@@ -173,7 +173,6 @@ def test_slurm_conf_nodes_and_partitions(rendered):
     # demo-gpu-1 has no partition: it goes to the default one.
     assert _lines(text, "PartitionName=") == [
         "PartitionName=batch Nodes=demo-compute-1,demo-compute-2 MaxTime=INFINITE State=UP",
-        "PartitionName=debug Nodes= MaxTime=INFINITE State=UP",  # named by a group, no node joined yet
         "PartitionName=dev Nodes=demo-compute-1,demo-compute-2,demo-gpu-1 Default=YES MaxTime=INFINITE State=UP",
     ]
     for setting in (
@@ -187,16 +186,10 @@ def test_slurm_conf_nodes_and_partitions(rendered):
     assert keys == sorted(keys, key=str.lower), "slurm.conf keys must be sorted (stable diffs)"
 
 
-def test_slurm_conf_without_nodes_lists_every_partition_empty(rendered):
-    # before any compute node joined: the partitions exist (Slurm's blank "Nodes=") so that a job
-    # submitted as soon as the cluster is InService waits in the queue instead of being refused
+def test_slurm_conf_without_nodes_has_no_empty_partition(rendered):
     text = (rendered / "empty" / "slurm.conf").read_text()
     assert _lines(text, "NodeName=") == []
-    assert _lines(text, "PartitionName=") == [
-        "PartitionName=batch Nodes= MaxTime=INFINITE State=UP",
-        "PartitionName=debug Nodes= MaxTime=INFINITE State=UP",
-        "PartitionName=dev Nodes= Default=YES MaxTime=INFINITE State=UP",
-    ]
+    assert _lines(text, "PartitionName=") == []
     assert "SlurmctldHost=demo-controller-1" in text
 
 
@@ -205,7 +198,6 @@ def test_slurm_conf_leaves_out_leaving_nodes(rendered):
     assert "demo-compute-2" not in text and "demo-gpu-1" not in text
     assert _lines(text, "PartitionName=") == [
         "PartitionName=batch Nodes=demo-compute-1 MaxTime=INFINITE State=UP",
-        "PartitionName=debug Nodes= MaxTime=INFINITE State=UP",
         "PartitionName=dev Nodes=demo-compute-1 Default=YES MaxTime=INFINITE State=UP",
     ]
 

@@ -483,16 +483,3 @@ def test_loads_spec_names_its_source():
     with pytest.raises(SpecInvalid) as ei:
         loads_spec(BASE.replace("ml.c5.large", "ml.c5.lage"), source="inline")
     assert "inline:8: InstanceGroups[1].InstanceType" in ei.value.message
-
-
-def test_inventory_lists_every_partition_before_any_node_joined():
-    from lab.configure.inventory import ClusterContext, build
-    from lab.store.db import GroupRow
-
-    groups = [GroupRow("demo", "controller", "ml.t3.medium", "Controller", 1, [], 1, 768, "Creating"),
-              GroupRow("demo", "cpu", "ml.c5.large", "Compute", 2, ["batch", "dev"], 1, 768, "Creating"),
-              GroupRow("demo", "gpu", "ml.g5.xlarge", "Compute", 1, [], 2, 1024, "Creating")]
-    v = build(ClusterContext("demo", groups, [], Path("k"), Path("m"), "ssh"))["all"]["vars"]
-    assert v["slurmlab_slurm_nodes"] == []  # nobody joined yet
-    assert v["slurmlab_partitions_default"] == "batch"
-    assert v["slurmlab_partitions_all"] == ["batch", "dev"]  # gpu names none: it goes to the default
