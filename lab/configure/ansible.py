@@ -39,7 +39,10 @@ class AnsibleConfigurer:
 
     def join(self, ctx: ClusterContext, batch: list[str]) -> PlaybookResult:
         controller = next(n.name for n in ctx.nodes if any(g.name == n.grp and g.node_type == "Controller" for g in ctx.groups))
-        return self._run(ctx, "join.yml", limit=[controller, *batch], joining=batch)
+        # the nodes already running are in the run too: their /etc/hosts learns the new names
+        running = [n.name for n in ctx.nodes if n.phase == "running" and n.name != controller and n.name not in batch]
+        return self._run(ctx, "join.yml", limit=[controller, *batch, *running], joining=batch,
+                         extravars={"slurmlab_joining": list(batch)})
 
     def leave(self, ctx: ClusterContext, names: list[str]) -> PlaybookResult:
         controller = next(n.name for n in ctx.nodes if any(g.name == n.grp and g.node_type == "Controller" for g in ctx.groups))

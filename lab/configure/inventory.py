@@ -28,8 +28,8 @@ def slurm_nodes(ctx: ClusterContext, joining: list[str] = ()) -> list[dict]:
     for n in sorted(ctx.nodes, key=lambda n: n.name):
         g = types.get(n.grp)
         if g and g.node_type == "Compute" and (n.phase == "running" or n.name in joining):
-            out.append({"name": n.name, "cpus": g.cpus, "real_memory": _real_memory(g.memory_mib),
-                        "partitions": list(g.partitions)})
+            out.append({"name": n.name, "address": n.address, "cpus": g.cpus,
+                        "real_memory": _real_memory(g.memory_mib), "partitions": list(g.partitions)})
     return out
 
 

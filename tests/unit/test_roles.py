@@ -167,7 +167,7 @@ def test_slurm_conf_nodes_and_partitions(rendered):
     text = (rendered / "sample" / "slurm.conf").read_text()
     assert _lines(text, "NodeName=") == [
         "NodeName=demo-compute-1 CPUs=2 RealMemory=900",
-        "NodeName=demo-compute-2 CPUs=2 RealMemory=900",
+        "NodeName=demo-compute-2 NodeAddr=10.213.7.12 CPUs=2 RealMemory=900",  # the others give no address
         "NodeName=demo-gpu-1 CPUs=1 RealMemory=400",
     ]
     # demo-gpu-1 has no partition: it goes to the default one.
