@@ -5,8 +5,8 @@ available at first: the cluster goes InService with one compute node, a job runs
 capacity appears, the second node joins by itself (slurm.conf + one scontrol reconfigure) and
 the running job survives the join. Then both nodes are idle, `srun -N2 hostname` covers them,
 a second Ansible run changes nothing, `slurmlab verify` passes and then names the check that fails
-when a node's slurmd is stopped, scale-in removes one node and the rest keep working, and
-delete leaves nothing in libvirt.
+when a node's slurmd is stopped, a scale-out adds a third node and a scale-in removes it while
+the rest keep working, and delete leaves nothing in libvirt.
 """
 
 from __future__ import annotations
@@ -201,24 +201,32 @@ def test_verify_names_a_stopped_slurmd(tmp_path):
     assert on("login", f"sinfo -h -N -n {node} -o %T").strip() == "idle"
 
 
-def test_scale_in_removes_one_node_and_keeps_the_rest_reachable():
-    """BatchDeleteClusterNodes of one node: drained, out of slurm.conf, VM gone; the cluster's
-    network stays (vagrant-libvirt once took it down with the node) and jobs still run."""
-    gone = f"{NAME}-compute-2"
-    out = sl("batch-delete-cluster-nodes", NAME, gone).stdout
-    assert gone in out
+def test_scale_out_then_in():
+    """BatchAddClusterNodes: a third compute node joins the running cluster, every node resolves its
+    name, srun reaches it. BatchDeleteClusterNodes of that node: drained, out of slurm.conf, VM gone;
+    the cluster's network stays (vagrant-libvirt once took it down with the node) and jobs still run."""
+    new = f"{NAME}-compute-3"
+    sl("capacity", "set", "ml.c5.large", "3")  # the test's capacity day had room for two
+    assert new in sl("batch-add-cluster-nodes", NAME, "compute").stdout
+    sl("describe-cluster", NAME, "--wait-for", "FullSize", "--timeout", "900")
+    assert nodes()[new]["InstanceStatus"]["Status"] == "Running"
+    assert sorted(on("login", "srun -N3 hostname").split()) == [f"{NAME}-compute-{i}" for i in (1, 2, 3)]
+    for node in ("controller", "login", f"{NAME}-compute-1"):  # the nodes that were there before it
+        assert new in on(node, f"getent hosts {new}"), f"{node} cannot resolve {new}"
+
+    assert new in sl("batch-delete-cluster-nodes", NAME, new).stdout
     d = json.loads(sl("describe-cluster", NAME, "--wait-for", "FullSize", "--timeout", "600", "--output", "json").stdout)
     compute = next(g for g in d["InstanceGroups"] if g["InstanceGroupName"] == "compute")
-    assert (compute["CurrentCount"], compute["TargetCount"]) == (1, 1)
-    assert gone not in nodes()
+    assert (compute["CurrentCount"], compute["TargetCount"]) == (2, 2)
+    assert new not in nodes()
     conn = libvirtd.connect()
     try:
-        assert gone not in [dom.name() for dom in conn.listAllDomains()]
+        assert new not in [dom.name() for dom in conn.listAllDomains()]
         assert conn.networkLookupByName(network.net_name(NAME)).isActive()
     finally:
         conn.close()
-    assert on("login", "sinfo -h -N -o '%N %T'").split() == [f"{NAME}-compute-1", "idle"]
-    assert on("login", "srun -N1 hostname").strip() == f"{NAME}-compute-1"
+    assert on("login", "sinfo -h -N -o '%N'").split() == [f"{NAME}-compute-1", f"{NAME}-compute-2"]
+    assert sorted(on("login", "srun -N2 hostname").split()) == [f"{NAME}-compute-1", f"{NAME}-compute-2"]
 
 
 def test_delete_leaves_nothing_in_libvirt():
