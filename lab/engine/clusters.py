@@ -631,7 +631,7 @@ def describe_event(st: Store, name: str, event_id: str) -> dict:
 def _at_target(st: Store, name: str, d: dict) -> bool:
     """Every group at its target and no node with work still to do (after a scale-out, a scale-in,
     a reboot or a replacement, not just once after the create)."""
-    return (all(g["CurrentCount"] == g["TargetCount"] for g in d["InstanceGroups"])
+    return (all(g["CurrentCount"] == g["TargetCount"] and not g.get("ActiveOperations") for g in d["InstanceGroups"])
             and all(n.phase == "running" and not n.pending for n in st.nodes(name)))
 
 

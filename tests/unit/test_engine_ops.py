@@ -108,6 +108,7 @@ def test_batch_add_nodes_names_them_at_once_and_they_join(tmp_path):
         with pytest.raises(TimeoutError):
             clusters.wait(lab.st, "demo", "FullSize", timeout=0, poll=0)
         await lab.run_until(lambda: lab.full())
+        await lab.tick()  # the operation is marked complete
         assert clusters.wait(lab.st, "demo", "FullSize", timeout=0, poll=0)["ClusterStatus"] == "InService"
         joins = [c for c in lab.conf.calls if c[0] == "join"]
         assert joins[-1] == ("join", ("demo-compute-2", "demo-compute-3"))  # one reconfigure for the batch
