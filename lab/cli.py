@@ -541,6 +541,33 @@ def engine_stop() -> None:
 
 
 # ---------------------------------------------------------------- verify
+def _verify_inventory(name: str):
+    """The inventory of the cluster's nodes that run now, written fresh from the store (the one the
+    playbooks leave behind can name a node removed since), as clusters/NAME/verify-inventory.yml."""
+    import yaml
+
+    from lab.configure import inventory as inv_mod
+    from lab.engine import clusters, daemon
+    from lab.workspace import ClusterDir, atomic_write
+
+    st = _store()
+    c = clusters.get(st, name)
+    if c.provider == "sim":
+        raise LabError(f"cluster '{name}' is simulated (provider sim): it has no VMs and no Slurm to verify",
+                       "verify a cluster of real VMs (create-cluster without --provider sim)")
+    nodes = st.nodes(name)
+    running = [n for n in nodes if n.phase == "running"]
+    skipped = [n.name for n in nodes if n.phase != "running"]
+    if skipped:
+        err.print(f"not checked (not running): {', '.join(skipped)}", markup=False, highlight=False)
+    ctx = daemon.make_configurer(c.provider).context(c, st.groups(name), running)
+    cd = ClusterDir(name)
+    path = cd.root / "verify-inventory.yml"
+    if cd.root.is_dir():
+        atomic_write(path, yaml.safe_dump(inv_mod.build(ctx), sort_keys=True), 0o600)
+    return path
+
+
 @app.command("verify")
 def verify(
     name: str = typer.Argument(..., help="cluster name (its inventory: $SLURMLAB_HOME/clusters/NAME/inventory.yml)"),
@@ -554,7 +581,7 @@ def verify(
     from lab.errors import NotFound
     from lab.workspace import ClusterDir
 
-    inv = Path(inventory).expanduser() if inventory else ClusterDir(name).inventory
+    inv = Path(inventory).expanduser() if inventory else _verify_inventory(name)
     if not inv.is_file():
         fix = ("check the path given to --inventory" if inventory else
                "create the cluster first (slurmlab create-cluster), or pass --inventory PATH for another cluster")

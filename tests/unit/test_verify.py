@@ -38,11 +38,44 @@ def inventory(tmp_path) -> Path:
     return p
 
 
-def test_missing_inventory_of_a_named_cluster(lab_home):
+def test_verify_of_an_unknown_cluster(lab_home):
     res = CliRunner().invoke(app, ["verify", "nope"])
     assert isinstance(res.exception, NotFound)
-    assert str(lab_home / "clusters" / "nope" / "inventory.yml") in res.exception.message
-    assert "--inventory" in res.exception.fix
+    assert "nope" in res.exception.message
+
+
+def _real_cluster(lab_home, running=()):
+    """examples/cluster.yaml in the store (provider vagrant, no engine), `running` nodes joined."""
+    from lab.engine import clusters, daemon
+    from lab.spec import load_spec
+
+    st = daemon.store()
+    clusters.create(st, load_spec(Path(__file__).resolve().parents[2] / "examples" / "cluster.yaml"),
+                    provider="vagrant", start_engine=False)
+    from lab.store.db import NodeRow
+
+    for i, (grp, ordinal) in enumerate([("controller", 1), ("login", 1), ("compute", 1), ("compute", 2)]):
+        name = f"demo-{grp}-{ordinal}"
+        st.add_node(NodeRow(cluster="demo", name=name, grp=grp, ordinal=ordinal, instance_id=f"i-{i}",
+                            address=f"10.213.9.{10 + i}", mac=f"52:54:00:00:00:0{i}",
+                            phase="running" if name in running else "failed"))
+    (lab_home / "clusters" / "demo").mkdir(parents=True, exist_ok=True)
+    return lab_home / "clusters" / "demo" / "verify-inventory.yml"
+
+
+def test_named_cluster_is_checked_on_its_running_nodes_only(lab_home, monkeypatch):
+    import yaml
+
+    inv = _real_cluster(lab_home, running=("demo-controller-1", "demo-login-1", "demo-compute-1"))
+    calls = []
+    monkeypatch.setattr(verify, "run", lambda i, j, extra_args=(): calls.append(i) or 0)
+    res = CliRunner().invoke(app, ["verify", "demo"])
+    assert res.exit_code == 0 and calls == [inv]
+    groups = yaml.safe_load(inv.read_text())["all"]["children"]
+    assert {g: sorted(v["hosts"]) for g, v in groups.items()} == {
+        "slurm_controller": ["demo-controller-1"], "slurm_login": ["demo-login-1"], "slurm_compute": ["demo-compute-1"]}
+    assert "not checked (not running): demo-compute-2" in res.output
+    assert oct(inv.stat().st_mode & 0o777) == "0o600"
 
 
 def test_missing_inventory_given_by_path(lab_home, tmp_path):
@@ -52,12 +85,10 @@ def test_missing_inventory_given_by_path(lab_home, tmp_path):
 
 @pytest.mark.parametrize("rc,want", [(0, 0), (1, 1), (2, 2), (5, 1)])
 def test_exit_code_is_pytests_with_no_tests_an_error(lab_home, monkeypatch, rc, want):
-    inv = lab_home / "clusters" / "c" / "inventory.yml"
-    inv.parent.mkdir(parents=True)
-    inv.write_text(INVENTORY)
+    inv = _real_cluster(lab_home)
     calls = []
     monkeypatch.setattr(verify, "run", lambda i, j, extra_args=(): calls.append((i, j)) or rc)
-    res = CliRunner().invoke(app, ["verify", "c", "--junit", "out.xml"])
+    res = CliRunner().invoke(app, ["verify", "demo", "--junit", "out.xml"])
     assert res.exit_code == want
     assert calls[0][0] == inv and calls[0][1].name == "out.xml"
     if rc == 5:
