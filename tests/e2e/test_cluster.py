@@ -159,6 +159,12 @@ def test_second_ansible_run_changes_nothing():
         assert r.ok and sum(r.changed.values()) == 0, f"{playbook} changed {r.changed}"
 
 
+def _keep(name: str, p: subprocess.CompletedProcess) -> None:
+    """The command's output in artifacts/ (docs/workshop.md quotes these runs)."""
+    (REPO / "artifacts").mkdir(exist_ok=True)
+    (REPO / "artifacts" / name).write_text(f"$ {' '.join(['slurmlab', *p.args[3:]])}\n{p.stdout}{p.stderr}[rc={p.returncode}]\n")
+
+
 def _junit(path: Path) -> tuple[dict, set[str]]:
     """(the testsuite's counters, the names of the failed test cases) of a JUnit XML file."""
     import xml.etree.ElementTree as ET
@@ -173,6 +179,7 @@ def _junit(path: Path) -> tuple[dict, set[str]]:
 def test_verify_passes_on_the_cluster(tmp_path):
     junit = tmp_path / "verify.xml"
     p = sl("verify", NAME, "--junit", str(junit), check=False, timeout=1200)
+    _keep("verify-pass.txt", p)
     counts, failed = _junit(junit)
     assert p.returncode == 0, f"verify failed: {sorted(failed)}\n{p.stdout[-4000:]}"
     assert counts["tests"] >= 30 and counts["failures"] == 0 and counts["errors"] == 0 and not failed
@@ -185,6 +192,7 @@ def test_verify_names_a_stopped_slurmd(tmp_path):
     try:
         junit = tmp_path / "verify.xml"
         p = sl("verify", NAME, "--junit", str(junit), check=False, timeout=1200)
+        _keep("verify-slurmd-stopped.txt", p)
         _, failed = _junit(junit)
         assert p.returncode == 1, p.stdout[-4000:]
         assert f"test_slurmd_active_on_compute[{node}]" in failed
