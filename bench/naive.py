@@ -259,7 +259,8 @@ def run(spec_path: Path) -> dict:
         gmap = {g.name: g for g in groups}
         types = {n.name: gmap[n.grp].node_type for n in nodes}
         names = [n.name for n in nodes]
-        machines = [MachineSpec(n.name, n.grp, gmap[n.grp].cpus, gmap[n.grp].memory_mib, n.mac, n.address)
+        machines = [MachineSpec(n.name, n.grp, gmap[n.grp].cpus, gmap[n.grp].memory_mib, n.mac, n.address,
+                                gmap[n.grp].node_type)
                     for n in nodes]
         box = (c.spec.get("Lab") or {}).get("Box")
         prov.prepare(name, machines, c.net_index, box)

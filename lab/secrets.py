@@ -38,3 +38,55 @@ def ensure_munge_key(path: Path) -> None:
     if not path.exists():
         _write_secret(path, os.urandom(1024))
     os.chmod(path, 0o600)
+
+
+def qemu_user() -> tuple[int, int]:
+    """uid, gid of libvirt's qemu processes (qemu.conf `user =`/`group =`, Debian's default
+    libvirt-qemu), or root's when that user does not exist."""
+    import grp
+    import pwd
+    import re
+
+    user, group = "libvirt-qemu", "libvirt-qemu"
+    try:
+        text = Path("/etc/libvirt/qemu.conf").read_text()
+        m = re.search(r'(?m)^\s*user\s*=\s*"([^"]+)"', text)
+        user = m.group(1) if m else user
+        m = re.search(r'(?m)^\s*group\s*=\s*"([^"]+)"', text)
+        group = m.group(1) if m else group
+    except OSError:
+        pass
+    try:
+        uid = int(user[1:]) if user.startswith("+") else pwd.getpwnam(user).pw_uid
+    except (KeyError, ValueError):
+        uid = 0
+    try:
+        gid = int(group[1:]) if group.startswith("+") else grp.getgrnam(group).gr_gid
+    except (KeyError, ValueError):
+        gid = 0
+    return uid, gid
+
+
+def qemu_readable_copy(src: Path, dest: Path) -> Path:
+    """A copy of a secret that only the qemu user can read (0400, in a 0700 folder of its own):
+    qemu hands it to the guest through fw_cfg (`-fw_cfg name=...,file=dest`). Rewritten when
+    the source differs."""
+    data = src.read_bytes()
+    if dest.exists() and dest.read_bytes() == data:
+        return dest
+    uid, gid = qemu_user()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    os.chmod(dest.parent, 0o700)
+    if os.geteuid() == 0:
+        os.chown(dest.parent, uid, gid)
+    tmp = dest.with_name(f".{dest.name}.tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    if os.geteuid() == 0:
+        os.chown(tmp, uid, gid)
+    os.replace(tmp, dest)
+    return dest

@@ -14,8 +14,9 @@ in_root() { chroot "$R" "$@"; }
 say() { echo "I: slurmlab customize: $*"; }
 
 say "hostname and hosts"
-echo slurmlab > "$R/etc/hostname"
-chmod 0644 "$R/etc/hostname"
+# No /etc/hostname: a VM takes its name from the system.hostname credential at early boot (a
+# static /etc/hostname would take precedence); slurmlab-node.service then writes the file.
+rm -f "$R/etc/hostname"
 cat > "$R/etc/hosts" <<'EOF'
 127.0.0.1	localhost
 127.0.1.1	slurmlab
@@ -133,6 +134,160 @@ StandardError=journal+console
 WantedBy=multi-user.target
 EOF
 in_root systemctl enable slurmlab-authorized-keys.service
+
+say "node identity at boot from the credentials slurmlab.node, slurmlab.hosts, slurmlab.munge_key"
+cat > "$R/usr/local/lib/slurmlab/node-setup" <<'EOF'
+#!/bin/sh
+# Sets a slurmlab node up at boot from the system credentials the VM was started with, before
+# munge, sshd and the Slurm daemons start, so that Ansible finds the node converged:
+#   slurmlab.node       name=, role=Controller|Login|Compute, cluster=, controller= (one per line)
+#   slurmlab.hosts      "ADDRESS NAME" lines: the cluster's nodes, written into /etc/hosts
+#   slurmlab.munge_key  the cluster's munge key (from a file on the host through qemu's fw_cfg:
+#                       never on a command line, never in a log)
+# Writes /etc/hostname, the /etc/hosts block (the same text as Ansible's blockinfile in the role
+# common), /etc/munge/munge.key, /etc/default/slurmd or sackd (the role slurm_node's text), and
+# enables and queues munge, plus slurmd (compute) or sackd (login). The controller's slurm.conf
+# and slurmctld stay Ansible's. The outcome goes to $STATUS (read by Ansible's probe):
+# "ok ...", or "failed: <reason>" and exit 1. Without slurmlab.node it does nothing (a plain box).
+# Shell builtins where possible: each process costs ~0.1 s under emulation.
+set -eu
+ROOT="${SLURMLAB_ROOT:-}"  # tests run it against a directory tree
+SYSTEMCTL="${SLURMLAB_SYSTEMCTL:-systemctl}"
+CHOWN="${SLURMLAB_CHOWN:-chown}"
+C="${CREDENTIALS_DIRECTORY:-/nonexistent}"
+STATUS="$ROOT/run/slurmlab/node-setup.status"
+mkdir -p "${STATUS%/*}"
+fail() {
+  echo "failed: $*" > "$STATUS"
+  echo "slurmlab: node setup failed: $*" >&2
+  exit 1
+}
+if [ ! -s "$C/slurmlab.node" ]; then
+  echo "none: no slurmlab.node credential" > "$STATUS"
+  echo "slurmlab: no slurmlab.node credential; the node is left to Ansible"
+  exit 0
+fi
+name="" role="" cluster="" controller=""
+while IFS='=' read -r k v || [ -n "$k" ]; do
+  case "$k" in
+    name) name=$v ;; role) role=$v ;; cluster) cluster=$v ;; controller) controller=$v ;;
+    "" | "#"*) ;;
+    *) fail "slurmlab.node: unknown key '$k'" ;;
+  esac
+done < "$C/slurmlab.node"
+case "$name" in "" | -* | *[!a-z0-9-]*) fail "slurmlab.node: name '$name' is not a short lower-case hostname" ;; esac
+case "$controller" in "" | -* | *[!a-z0-9-]*) fail "slurmlab.node: controller '$controller' is not a short lower-case hostname" ;; esac
+case "$cluster" in "" | -* | *[!A-Za-z0-9_-]*) fail "slurmlab.node: cluster '$cluster' is not a cluster name" ;; esac
+case "$role" in Controller | Login | Compute) ;; *) fail "slurmlab.node: role '$role' is not Controller, Login or Compute" ;; esac
+
+# hostname: /etc/hostname and the running name (systemd set it from system.hostname already)
+if [ "$(cat "$ROOT/etc/hostname" 2>/dev/null || true)" != "$name" ]; then
+  echo "$name" > "$ROOT/etc/hostname.slurmlab"
+  mv -f "$ROOT/etc/hostname.slurmlab" "$ROOT/etc/hostname"
+fi
+if [ -z "$ROOT" ] && [ "$(cat /proc/sys/kernel/hostname)" != "$name" ]; then
+  echo "$name" > /proc/sys/kernel/hostname
+fi
+
+# /etc/hosts: the managed block, replaced (or appended) as blockinfile does it
+if [ -s "$C/slurmlab.hosts" ]; then
+  begin="# BEGIN slurmlab cluster $cluster" end="# END slurmlab cluster $cluster"
+  tmp="$ROOT/etc/hosts.slurmlab"
+  : > "$tmp"
+  inside="" placed=""
+  block() {
+    echo "$begin"
+    while read -r addr host || [ -n "$addr" ]; do
+      case "$addr" in "" | "#"*) continue ;; esac
+      case "$addr$host" in *[!0-9A-Za-z.:-]*) fail "slurmlab.hosts: bad line '$addr $host'" ;; esac
+      echo "$addr $host"
+    done < "$C/slurmlab.hosts"
+    echo "$end"
+  }
+  while IFS= read -r line || [ -n "$line" ]; do
+    if [ "$line" = "$begin" ]; then inside=1; block >> "$tmp"; placed=1; continue; fi
+    if [ -n "$inside" ]; then [ "$line" = "$end" ] && inside=""; continue; fi
+    printf '%s\n' "$line" >> "$tmp"
+  done < "$ROOT/etc/hosts"
+  [ -n "$placed" ] || block >> "$tmp"
+  chmod 0644 "$tmp"
+  mv -f "$tmp" "$ROOT/etc/hosts"
+fi
+
+# the munge key (binary: copied, never read into the shell)
+key=""
+if [ -s "$C/slurmlab.munge_key" ]; then
+  umask 077
+  cp "$C/slurmlab.munge_key" "$ROOT/etc/munge/munge.key.slurmlab"
+  $CHOWN munge:munge "$ROOT/etc/munge/munge.key.slurmlab"
+  chmod 0400 "$ROOT/etc/munge/munge.key.slurmlab"
+  mv -f "$ROOT/etc/munge/munge.key.slurmlab" "$ROOT/etc/munge/munge.key"
+  umask 022
+  key=1
+fi
+
+# configless daemon options (the same text as roles/slurm_node/templates/default-*.j2)
+units=""
+case "$role" in
+  Compute)
+    printf '%s\n' "# Managed by slurmlab. Local edits are overwritten." \
+      "SLURMD_OPTIONS=\"--conf-server $controller\"" > "$ROOT/etc/default/slurmd"
+    rm -f "$ROOT/etc/slurm/slurm.conf"
+    units="slurmd.service" ;;
+  Login)
+    printf '%s\n' "# Managed by slurmlab. Local edits are overwritten." \
+      "SACKD_OPTIONS=\"--conf-server $controller\"" > "$ROOT/etc/default/sackd"
+    rm -f "$ROOT/etc/slurm/slurm.conf"
+    units="sackd.service" ;;
+esac
+[ -n "$key" ] && units="munge.service $units"
+
+# enabled (the links `systemctl enable` makes: no daemon-reload at boot) and queued: they start
+# after this unit (they are ordered after it), slurmd/sackd retrying until the controller serves
+for u in $units; do
+  ln -sf "/usr/lib/systemd/system/$u" "$ROOT/etc/systemd/system/multi-user.target.wants/$u"
+done
+if [ -n "$units" ] && [ -z "$ROOT" ]; then
+  # shellcheck disable=SC2086
+  $SYSTEMCTL --no-block start $units
+fi
+echo "ok: $name ($role of $cluster, controller $controller)${key:+, munge key}${units:+, started $units}" > "$STATUS"
+echo "slurmlab: node setup done: $name ($role)${key:+, munge key installed}"
+EOF
+chmod 0755 "$R/usr/local/lib/slurmlab/node-setup"
+cat > "$R/etc/systemd/system/slurmlab-node.service" <<'EOF'
+[Unit]
+Description=slurmlab: node name, cluster names and munge key from the VM's credentials
+After=local-fs.target
+Before=munge.service slurmd.service sackd.service slurmctld.service ssh.service
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ImportCredential=slurmlab.node
+ImportCredential=slurmlab.hosts
+ImportCredential=slurmlab.munge_key
+ExecStart=/usr/local/lib/slurmlab/node-setup
+StandardOutput=journal+console
+StandardError=journal+console
+
+[Install]
+WantedBy=multi-user.target
+EOF
+in_root systemctl enable slurmlab-node.service
+# slurmd and sackd started at boot retry until the controller serves (and, for slurmd, until
+# slurm.conf lists the node: its join); without a limit on the number of restarts.
+for u in slurmd sackd; do
+  install -d -m 0755 "$R/etc/systemd/system/$u.service.d"
+  cat > "$R/etc/systemd/system/$u.service.d/10-slurmlab-retry.conf" <<'EOF'
+[Unit]
+StartLimitIntervalSec=0
+
+[Service]
+Restart=on-failure
+RestartSec=5
+EOF
+done
 
 say "network: DHCP on eth0 (net.ifnames=0) with systemd-networkd"
 cat > "$R/etc/systemd/network/10-slurmlab-eth0.network" <<'EOF'

@@ -11,7 +11,8 @@ from lab.workspace import ClusterDir
 
 
 class AnsibleConfigurer:
-    """controller.yml -> nodes.yml -> join.yml (batch) ; leave.yml ; lifecycle.yml after each node."""
+    """controller.yml -> nodes.yml -> join.yml (batch) ; leave.yml. controller.yml and nodes.yml end with
+    lifecycle.yml (the OnCreate script)."""
 
     def __init__(self, ssh_executable: str):
         self.ssh_executable = ssh_executable
@@ -32,10 +33,8 @@ class AnsibleConfigurer:
         return run_playbook(ctx, playbook, workdir=ClusterDir(ctx.name).root, **kw)
 
     def configure(self, ctx: ClusterContext, node: str, node_type: str) -> list[PlaybookResult]:
-        out = [self._run(ctx, "controller.yml" if node_type == "Controller" else "nodes.yml", limit=[node])]
-        if ctx.lifecycle:
-            out.append(self._run(ctx, "lifecycle.yml", limit=[node]))
-        return out
+        # controller.yml and nodes.yml end with the lifecycle play: one run per node
+        return [self._run(ctx, "controller.yml" if node_type == "Controller" else "nodes.yml", limit=[node])]
 
     def join(self, ctx: ClusterContext, batch: list[str]) -> PlaybookResult:
         controller = next(n.name for n in ctx.nodes if any(g.name == n.grp and g.node_type == "Controller" for g in ctx.groups))

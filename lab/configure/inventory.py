@@ -33,6 +33,16 @@ def slurm_nodes(ctx: ClusterContext, joining: list[str] = ()) -> list[dict]:
     return out
 
 
+def _sha256_of(path: Path) -> str:
+    """The file's sha256 (hex), "" when it cannot be read (the roles then copy it)."""
+    import hashlib
+
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return ""
+
+
 def _real_memory(memory_mib: int) -> int:
     """What Slurm may schedule: the VM's memory less what the kernel and daemons keep."""
     return max(128, int(memory_mib * 0.75))
@@ -73,6 +83,7 @@ def build(ctx: ClusterContext, joining: list[str] = ()) -> dict:
         "ansible_python_interpreter": "/usr/bin/python3",
         "slurmlab_cluster_name": ctx.name,
         "slurmlab_munge_key_src": str(ctx.munge_key),
+        "slurmlab_munge_key_sha256": _sha256_of(ctx.munge_key),
         "slurmlab_controller_name": controller,
         "slurmlab_etc_hosts": [{"name": n.name, "address": n.address} for n in sorted(ctx.nodes, key=lambda n: n.name)],
         "slurmlab_slurm_nodes": slurm_nodes(ctx, joining),

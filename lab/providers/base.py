@@ -18,6 +18,7 @@ class MachineSpec:
     memory_mib: int
     mac: str
     address: str
+    node_type: str = ""  # Controller | Login | Compute ("" for a bare VM: no Slurm identity at boot)
 
 
 @dataclass

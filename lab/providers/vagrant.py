@@ -15,7 +15,7 @@ from pathlib import Path
 
 from lab import paths, secrets
 from lab.host import kvm, libvirtd, mode
-from lab.providers import network
+from lab.providers import network, priority
 from lab.providers.base import ClusterNet, LaunchError, MachineSpec, Observed, mac_for
 from lab.providers.vagrantfile import render
 from lab.workspace import ClusterDir, atomic_write
@@ -128,6 +128,7 @@ class VagrantProvider:
         cd.create()
         pub = secrets.ensure_ssh_key(cd.ssh_key, f"slurmlab-{cluster}")
         secrets.ensure_munge_key(cd.munge_key)
+        fw_munge = secrets.qemu_readable_copy(cd.munge_key, credentials_dir(cluster) / "munge.key")
         libvirtd.up()
         net = self.network(cluster, preferred_index)
         k = kvm.detect()
@@ -137,6 +138,7 @@ class VagrantProvider:
                 cluster=cluster, box=box or self.box, machines=list(self._machines[cluster].values()), net=net,
                 private_key=str(cd.ssh_key), public_key=pub, driver=k.driver,
                 emulator_path=None if k.usable else str(libvirtd.ensure_wrapper()), pool=libvirtd.POOL,
+                munge_key_file=str(fw_munge),
             )
             if not cd.vagrantfile.exists() or cd.vagrantfile.read_text() != text:
                 atomic_write(cd.vagrantfile, text)
@@ -154,6 +156,8 @@ class VagrantProvider:
                 raise LaunchError(f"InsufficientCapacity: the host has {free} MiB free; {machine.name} needs "
                                   f"{machine.memory_mib} MiB plus {self.HOST_RESERVE_MIB} MiB kept for the host")
         network.add_host(cluster, machine.mac, machine.name, machine.address)
+        if machine.node_type == "Controller":
+            priority.favor_when_started(machine.name)  # it boots first when every VM boots at once
         self._vagrant(cluster, ["up", machine.name, "--provider", "libvirt", "--no-provision"], machine.name)
         obs = self.observe(cluster).get(machine.name)
         if not obs or obs.state != "running":
@@ -214,6 +218,7 @@ class VagrantProvider:
         if network.remove(cluster):
             removed.append(f"network {network.net_name(cluster)}")
         libvirtd.prune_box_volumes(self.box)
+        shutil.rmtree(credentials_dir(cluster), ignore_errors=True)
         cd.remove()
         self._machines.pop(cluster, None)
         return removed
@@ -226,6 +231,12 @@ class VagrantProvider:
             shutil.copy2(f, dest / f.name)
             out.append(dest / f.name)
         return out
+
+
+def credentials_dir(cluster: str) -> Path:
+    """Secrets qemu hands to the cluster's VMs (fw_cfg): a folder only the qemu user can read,
+    under the libvirt folder (qemu may not reach $SLURMLAB_HOME). Removed with the cluster."""
+    return paths.libvirt_dir() / "credentials" / cluster
 
 
 def _end_group(proc) -> None:

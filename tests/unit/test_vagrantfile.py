@@ -14,12 +14,13 @@ GOLDEN = Path(__file__).parent / "data" / "Vagrantfile.golden"
 def _render(**over):
     net = ClusterNet("slurmlab-demo", "slbr7", "10.213.7.0/24", "10.213.7.1")
     machines = [
-        MachineSpec("demo-compute-1", "compute", 1, 768, mac_for("demo", "demo-compute-1"), "10.213.7.12"),
-        MachineSpec("demo-controller-1", "controller", 1, 768, mac_for("demo", "demo-controller-1"), "10.213.7.10"),
+        MachineSpec("demo-compute-1", "compute", 1, 768, mac_for("demo", "demo-compute-1"), "10.213.7.12", "Compute"),
+        MachineSpec("demo-controller-1", "controller", 1, 768, mac_for("demo", "demo-controller-1"), "10.213.7.10", "Controller"),
     ]
     kw = dict(cluster="demo", box="slurmlab/trixie-slurm", machines=machines, net=net,
               private_key="/lab/clusters/demo/secrets/id_ed25519", public_key="ssh-ed25519 AAAAC3Nz slurmlab-demo",
-              driver="qemu", emulator_path="/var/lib/libvirt/slurmlab/qemu-system-x86_64-tcg", pool="slurmlab")
+              driver="qemu", emulator_path="/var/lib/libvirt/slurmlab/qemu-system-x86_64-tcg", pool="slurmlab",
+              munge_key_file="/var/lib/libvirt/slurmlab/credentials/demo/munge.key")
     kw.update(over)
     return render(**kw)
 
