@@ -29,6 +29,7 @@ class PlaybookResult:
     changed: dict[str, int]
     failures: dict[str, str] = field(default_factory=dict)  # host -> "task 'X': message"
     seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)  # "host: text" from tasks that say "slurmlab warning: ..."
 
 
 class PlaybookFailed(Exception):
@@ -83,6 +84,23 @@ def _failures(events) -> dict[str, str]:
     return out
 
 
+WARNING_PREFIX = "slurmlab warning: "
+
+
+def _warnings(events) -> list[str]:
+    """What the roles report with a debug task whose message starts with WARNING_PREFIX
+    (a boot-time setup that did not happen, ...): the engine turns them into events."""
+    out = []
+    for ev in events:
+        if ev.get("event") != "runner_on_ok":
+            continue
+        data = ev.get("event_data", {})
+        msg = (data.get("res") or {}).get("msg")
+        if isinstance(msg, str) and msg.startswith(WARNING_PREFIX):
+            out.append(f"{data.get('host', '?')}: {msg[len(WARNING_PREFIX):]}"[:300])
+    return out
+
+
 def run_playbook(ctx: inv.ClusterContext, playbook: str, *, limit: list[str] | None = None,
                  joining: list[str] = (), extravars: dict | None = None, workdir: Path,
                  on_event: Callable[[dict], None] | None = None) -> PlaybookResult:
@@ -128,6 +146,7 @@ def run_playbook(ctx: inv.ClusterContext, playbook: str, *, limit: list[str] | N
         changed=dict(stats.get("changed", {})),
         failures=_failures(r.events),
         seconds=time.monotonic() - t0,
+        warnings=_warnings(r.events),
     )
     if not result.ok and not result.failures:
         result.failures = {"?": f"ansible-runner status {r.status} rc {r.rc}; see {run_dir}"}

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from lab.capacity import HOLDING, launch_fault
 from lab.configure.inventory import ClusterContext
 from lab.engine import plan as planner
-from lab.engine.plan import LEGACY_ATTEMPTS, Action
+from lab.engine.plan import JOIN_MAX_WAIT_S, JOIN_QUIET_S, LEGACY_ATTEMPTS, Action
 from lab.providers.base import MachineSpec
 from lab.store.db import ClusterRow, GroupRow, NodeRow, Store
 
@@ -56,6 +56,14 @@ def id_prefix(provider_name: str) -> str:
     return ID_PREFIXES.get(provider_name, "i-")
 
 
+def _warnings_of(results) -> list[str]:
+    """The warnings of a configurer's results (lab.configure.runner.PlaybookResult.warnings), if any."""
+    out: list[str] = []
+    for r in results if isinstance(results, list | tuple) else [results]:
+        out += [w.split(": ", 1)[-1] for w in getattr(r, "warnings", None) or ()]
+    return out
+
+
 def _task_key(a: Action) -> str:
     if a.kind in ("join", "leave"):
         return "join"  # one slurm.conf change at a time per cluster
@@ -78,7 +86,8 @@ class Engine:
                  provider_factory: Callable[[str], object] | None = None,
                  configurer_factory: Callable[[str], object] | None = None,
                  max_attempts: int = LEGACY_ATTEMPTS,
-                 backoff_base: float = BACKOFF_BASE, backoff_max: float = BACKOFF_MAX):
+                 backoff_base: float = BACKOFF_BASE, backoff_max: float = BACKOFF_MAX,
+                 join_quiet_s: float = JOIN_QUIET_S, join_max_wait_s: float = JOIN_MAX_WAIT_S):
         self.store = store
         self.provider = provider
         self.configurer = configurer
@@ -97,6 +106,8 @@ class Engine:
         self.max_attempts = max_attempts
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
+        self.join_quiet_s = join_quiet_s
+        self.join_max_wait_s = join_max_wait_s
         self.tasks: dict[tuple[str, str], asyncio.Task] = {}
         self.stats: Counter = Counter()  # joins, leaves, launches, ... (benchmarks read it)
         self._io: Counter = Counter()  # blocking provider/configurer calls in flight, per cluster
@@ -193,7 +204,8 @@ class Engine:
             self._fill_addresses(c, prov, nodes)
         now = self.clock()
         p = planner.plan(c, groups, nodes, observed, busy, now, limits=limits, used=used,
-                         max_attempts=self.max_attempts)
+                         max_attempts=self.max_attempts, join_quiet_s=self.join_quiet_s,
+                         join_max_wait_s=self.join_max_wait_s)
         self._ops[name] = [op for op in self.store.operations(name, "InProgress")] if c.status != "Deleting" else []
         self._statuses(c, groups, nodes, p)
 
@@ -405,7 +417,8 @@ class Engine:
 
     async def _prepare(self, c: ClusterRow, prov, groups, gmap, nodes) -> None:
         box = (c.spec.get("Lab") or {}).get("Box")
-        machines = [MachineSpec(n.name, n.grp, gmap[n.grp].cpus, gmap[n.grp].memory_mib, n.mac, n.address)
+        machines = [MachineSpec(n.name, n.grp, gmap[n.grp].cpus, gmap[n.grp].memory_mib, n.mac, n.address,
+                                gmap[n.grp].node_type)
                     for n in nodes if n.grp in gmap and n.address]
         self._dirty.discard(c.name)
         self._prepared.add(c.name)
@@ -413,7 +426,7 @@ class Engine:
 
     def _machine(self, cluster: str, n: NodeRow) -> MachineSpec:
         g = self._group(cluster, n.grp)
-        return MachineSpec(n.name, n.grp, g.cpus, g.memory_mib, n.mac, n.address)
+        return MachineSpec(n.name, n.grp, g.cpus, g.memory_mib, n.mac, n.address, g.node_type)
 
     def _group(self, cluster: str, group: str) -> GroupRow:
         snap = self._snap.get(cluster)
@@ -477,7 +490,8 @@ class Engine:
         except Exception as e:  # noqa: BLE001
             self._fail(cluster, a.node, f"launch failed: {e}")
             return
-        self.store.update_node(cluster, a.node, phase="booted", booted_at=self.clock(), message="VM answers ssh")
+        self.store.update_node(cluster, a.node, phase="booted", booted_at=self.clock(), configured_at=None,
+                               message="VM answers ssh")
         self.store.add_event(cluster, "Instance", "Info", f"{a.node}: VM up", grp=a.group, node=a.node,
                              operation_id=self._op_of(cluster, a.node, a.group))
 
@@ -488,9 +502,14 @@ class Engine:
         c = self._snap[cluster][0]
         node_type = self._group(cluster, n.grp).node_type
         self.store.update_node(cluster, a.node, phase="configuring", message="configuring (Ansible)")
-        await self._call(cluster, self.configurer_for(c), "configure", ctx, n.name, node_type)
+        results = await self._call(cluster, self.configurer_for(c), "configure", ctx, n.name, node_type)
+        for w in _warnings_of(results):  # e.g. a boot-time setup that failed: Ansible did it instead
+            self.store.add_event(cluster, "Instance", "Warning", f"{a.node}: {w}"[:500], grp=a.group, node=a.node,
+                                 operation_id=self._op_of(cluster, a.node, a.group))
         if node_type == "Compute":
-            self.store.update_node(cluster, a.node, phase="configured", message="configured, waiting to join")
+            # configured_at starts the join batching window (plan.join_wait)
+            self.store.update_node(cluster, a.node, phase="configured", configured_at=self.clock(),
+                                   message="configured, waiting to join")
             # when configuring ended and waiting for the join began (bench/cluster_timeline.py reads it)
             self.store.add_event(cluster, "Instance", "Info", f"{a.node}: compute configured, waiting to join Slurm",
                                  grp=a.group, node=a.node, operation_id=self._op_of(cluster, a.node, a.group))
@@ -565,8 +584,8 @@ class Engine:
             await self._call(cluster, prov, "remove", cluster, [a.node])
         gen = n.generation + 1
         prefix = getattr(prov, "id_prefix", None) or id_prefix(c.provider)
-        self.store.update_node(cluster, a.node, phase="planned", booted_at=None, attempts=0, retry_at=0,
-                               generation=gen, instance_id=instance_id(cluster, a.node, prefix, gen),
+        self.store.update_node(cluster, a.node, phase="planned", booted_at=None, configured_at=None, attempts=0,
+                               retry_at=0, generation=gen, instance_id=instance_id(cluster, a.node, prefix, gen),
                                message=f"VM lost ({a.reason}): replacing it (NodeRecovery Automatic)")
         self.store.add_event(cluster, "Instance", "Warning",
                              f"{a.node}: VM is {a.reason}; NodeRecovery is Automatic: replacing it",
@@ -588,13 +607,14 @@ class Engine:
         op = self._op_of(cluster, a.node)
         self.store.update_node(cluster, a.node, phase="rebooting", pending=None, message="rebooting")
         if a.reason == "missing":  # nothing to reboot: launch it again
-            self.store.update_node(cluster, a.node, phase="planned", booted_at=None, message="no VM to reboot: launching")
+            self.store.update_node(cluster, a.node, phase="planned", booted_at=None, configured_at=None,
+                                   message="no VM to reboot: launching")
             return
         if hasattr(prov, "reboot") or hasattr(prov, "reboot_async"):
             await self._call(cluster, prov, "reboot", cluster, a.node)
         else:
             await self._call(cluster, prov, "ensure", cluster, self._machine(cluster, n))
-        self.store.update_node(cluster, a.node, phase="booted", booted_at=self.clock(), attempts=0,
+        self.store.update_node(cluster, a.node, phase="booted", booted_at=self.clock(), configured_at=None, attempts=0,
                                message="rebooted; configuring again")
         self.store.add_event(cluster, "Instance", "Info", f"{a.node}: rebooted", grp=a.group, node=a.node,
                              operation_id=op)
@@ -612,7 +632,7 @@ class Engine:
         prefix = getattr(prov, "id_prefix", None) or id_prefix(c.provider)
         self.store.update_node(cluster, a.node, phase="planned", generation=gen,
                                instance_id=instance_id(cluster, a.node, prefix, gen), booted_at=None,
-                               attempts=0, retry_at=0, message="replaced: a new instance launches")
+                               configured_at=None, attempts=0, retry_at=0, message="replaced: a new instance launches")
         g = self._snap[cluster][2].get(n.grp)
         self.capacity_released(g.instance_type if g else None)
         self.store.add_event(cluster, "Instance", "Info", f"{a.node}: old instance {n.instance_id} removed; "

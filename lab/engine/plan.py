@@ -11,6 +11,12 @@ Node phases (internal) and their HyperPod status:
 A phase found with no task in flight (the engine was killed, or just started) is resumed: launching
 -> launch again (idempotent), configuring -> configure again, joining -> join again, removing ->
 remove again, rebooting / replacing -> again.
+
+Order (continuous mode): the controller launches first; the others launch once the controller's VM
+is defined (its name among the observed VMs, any state) or it runs. Compute nodes configure as soon
+as their VM is up; login nodes wait for the controller (sackd needs slurmctld); joins wait for it.
+Configured compute nodes join in batches, one `scontrol reconfigure` each, after a short window
+(`join_wait`).
 """
 
 from __future__ import annotations
@@ -25,6 +31,15 @@ PENDING = {"planned", "launching", "booted", "configuring", "configured", "joini
 VM_UP_PHASES = {"booted", "configuring", "configured", "joining", "running"}
 LEGACY_ATTEMPTS = 3
 
+# The join batching window: configured compute nodes wait for the ones still configuring, so that
+# nodes finishing a few seconds apart share one join (one `scontrol reconfigure`). A batch joins
+# when the newest member has been configured JOIN_QUIET_S ago, or the oldest JOIN_MAX_WAIT_S ago;
+# at once if a member is `joining` (a join cut short by a crash) or no other compute node is in
+# JOIN_COMING_PHASES.
+JOIN_QUIET_S = 5.0
+JOIN_MAX_WAIT_S = 30.0
+JOIN_COMING_PHASES = frozenset({"booted", "configuring"})
+
 
 def node_status(phase: str) -> str:
     if phase in PENDING:
@@ -35,8 +50,9 @@ def node_status(phase: str) -> str:
 
 @dataclass(frozen=True)
 class Action:
-    # create_node | launch | short | configure | join | lost | keep_lost | remove | orphan | reboot | replace
-    # | drop_group | rollback | rollback_cluster | delete_cluster
+    # create_node | launch | short | configure | join | leave | lost | keep_lost | remove | orphan | reboot
+    # | replace | drop_group | rollback | rollback_cluster | delete_cluster
+    # A join's reason says which rule let it go: resume | alone | quiet | max_wait (see join_wait()).
     kind: str
     node: str | None = None
     group: str | None = None
@@ -53,6 +69,8 @@ class Plan:
     full_size: bool = False
     settled: set[str] = field(default_factory=set)  # groups at their target, every node running, none leaving
     current: dict[str, int] = field(default_factory=dict)  # running nodes per group
+    # seconds until the join window lets the configured batch go (None: no batch held by the window)
+    join_wait: float | None = None
 
 
 def is_continuous(cluster: ClusterRow) -> bool:
@@ -78,6 +96,26 @@ def free_ordinals(members: list[NodeRow], k: int) -> list[int]:
     return out
 
 
+def join_wait(batch: list[NodeRow], others_coming: bool, now: float,
+              quiet_s: float = JOIN_QUIET_S, max_wait_s: float = JOIN_MAX_WAIT_S) -> tuple[float, str]:
+    """(seconds until the batch may join, 0.0 = now; the rule that decides). `batch`: the compute nodes
+    in phase configured / joining; `others_coming`: another compute node of the cluster is in
+    JOIN_COMING_PHASES. A node with no configured_at (a row older than the column) counts as
+    configured long ago."""
+    if any(n.phase == "joining" for n in batch):
+        return 0.0, "resume"  # a join cut short (engine killed): finish it at once
+    if not others_coming:
+        return 0.0, "alone"  # nobody else will be configured soon: no reason to wait
+    stamps = [n.configured_at if n.configured_at is not None else float("-inf") for n in batch]
+    quiet_left = quiet_s - (now - max(stamps))
+    if quiet_left <= 0:
+        return 0.0, "quiet"
+    max_left = max_wait_s - (now - min(stamps))
+    if max_left <= 0:
+        return 0.0, "max_wait"
+    return min(quiet_left, max_left), "window"
+
+
 def group_settled(g: GroupRow, members: list[NodeRow]) -> bool:
     if g.status == "Deleting":
         return not members
@@ -96,11 +134,14 @@ def plan(
     used: "Counter | None" = None,
     *,
     max_attempts: int = LEGACY_ATTEMPTS,
+    join_quiet_s: float = JOIN_QUIET_S,
+    join_max_wait_s: float = JOIN_MAX_WAIT_S,
 ) -> Plan:
     """`observed`: VM name -> state. `busy`: node names (and 'join', 'delete', 'rollback', 'io') with work
     in flight. `limits`: simulated capacity per instance type (absent type: unlimited); `used`: instances
     held per type across the whole lab; launches planned here are added to it (so one Counter shared by
-    every cluster of a pass never over-commits)."""
+    every cluster of a pass never over-commits). `join_quiet_s` / `join_max_wait_s`: the join batching
+    window (join_wait())."""
     p = Plan()
     if cluster.status == "Deleting":
         if "delete" not in busy:
@@ -175,7 +216,11 @@ def plan(
         p.actions.append(Action("leave", batch=tuple(sorted(leave_batch))))
 
     controller_groups = {g.name for g in groups if g.node_type == "Controller"}
-    controller_ready = any(n.phase == "running" for g in controller_groups for n in by_group.get(g, ()))
+    controllers = [n for g in controller_groups for n in by_group.get(g, ())]
+    controller_ready = any(n.phase == "running" for n in controllers)
+    # Its VM exists (any state): the box volume it was created from is complete, so other `vagrant up`s
+    # no longer race the first upload of the box into a fresh storage pool.
+    controller_defined = controller_ready or any(n.name in observed for n in controllers)
 
     def launch_or_short(n: NodeRow, t: str) -> Action:
         why = short_of(t, limits, used)
@@ -184,18 +229,24 @@ def plan(
         used[t] += 1
         return Action("launch", node=n.name, group=n.grp)
 
-    # 3. per node, the next step. Continuous: the controller first, nothing else launches before it
-    # runs. Legacy: every VM launches at once; configuring still waits for the controller.
-    batch = []
+    # 3. per node, the next step. Continuous: the controller first; the others launch once its VM is
+    # defined. Legacy: every VM launches at once. Compute nodes configure as soon as they are up (the
+    # playbook needs only the node); login nodes wait for the controller (sackd needs slurmctld).
+    batch: list[NodeRow] = []
+    others_coming = False  # a compute node on its way to `configured` (for the join window)
     for n in nodes:
-        if n.name in busy or n.name in surplus or leaving(n):
+        if n.name in surplus or leaving(n):
             continue
         g = gmap.get(n.grp)
         if g is None:
             continue
+        if g.node_type == "Compute" and n.phase in JOIN_COMING_PHASES:
+            others_coming = True
+        if n.name in busy:
+            continue
         is_ctl = g.node_type == "Controller"
-        may_launch = is_ctl or controller_ready or not continuous
-        may_configure = is_ctl or controller_ready
+        may_launch = is_ctl or not continuous or controller_defined
+        may_configure = is_ctl or controller_ready or g.node_type == "Compute"
         state = observed.get(n.name)
         if n.pending == "replace" or n.phase == "replacing":
             p.actions.append(Action("replace", node=n.name, group=n.grp))
@@ -227,11 +278,17 @@ def plan(
                 p.actions.append(Action("configure", node=n.name, group=n.grp))
         elif n.phase in ("configured", "joining"):
             if g.node_type == "Compute":
-                batch.append(n.name)
+                batch.append(n)
             elif may_configure:
                 p.actions.append(Action("configure", node=n.name, group=n.grp))
+    # One join for every configured compute node (one reconfigure), once the controller runs, no other
+    # slurm.conf change is in flight, and the batching window lets it go.
     if batch and "join" not in busy and not leave_batch and controller_ready:
-        p.actions.append(Action("join", batch=tuple(sorted(batch))))
+        wait, why = join_wait(batch, others_coming, now, join_quiet_s, join_max_wait_s)
+        if wait <= 0:
+            p.actions.append(Action("join", batch=tuple(sorted(n.name for n in batch)), reason=why))
+        else:
+            p.join_wait = wait
 
     # 4. statuses
     logins = [g.name for g in groups if g.node_type == "Login"]

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -35,7 +35,7 @@ CREATE TABLE IF NOT EXISTS nodes (
   instance_id TEXT NOT NULL, address TEXT NOT NULL, mac TEXT NOT NULL,
   phase TEXT NOT NULL, message TEXT NOT NULL DEFAULT '', attempts INTEGER NOT NULL DEFAULT 0,
   retry_at REAL NOT NULL DEFAULT 0, launched_at REAL, booted_at REAL, joined_at REAL,
-  pending TEXT, generation INTEGER NOT NULL DEFAULT 0,
+  pending TEXT, generation INTEGER NOT NULL DEFAULT 0, configured_at REAL,
   PRIMARY KEY (cluster, name)
 );
 CREATE TABLE IF NOT EXISTS events (
@@ -57,12 +57,15 @@ CREATE TABLE IF NOT EXISTS operations (
 CREATE INDEX IF NOT EXISTS operations_cluster ON operations (cluster, status);
 """
 
-# Columns added after schema 1: (table, column, declaration). A schema-1 file is upgraded in place.
+# Columns added after schema 1: (table, column, declaration). An older file is upgraded in place.
 ADDED_COLUMNS = [
+    # schema 2
     ("nodes", "pending", "TEXT"),
     ("nodes", "generation", "INTEGER NOT NULL DEFAULT 0"),
     ("events", "operation_id", "TEXT"),
     ("events", "instance_id", "TEXT"),
+    # schema 3
+    ("nodes", "configured_at", "REAL"),
 ]
 
 
@@ -111,6 +114,9 @@ class NodeRow:
     joined_at: float | None = None
     pending: str | None = None  # a request on the node: delete | reboot | replace (written by the API side)
     generation: int = 0  # bumped each time the node gets a new instance (replace, recovery)
+    # when a compute node last became `configured` (the join batching window reads it); None: not
+    # configured since its VM (re)started, or a row written before schema 3
+    configured_at: float | None = None
 
 
 @dataclass

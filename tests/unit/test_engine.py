@@ -51,10 +51,12 @@ def test_controller_first_then_others(env):
     run_steps(eng, 1)
     # first pass: records for every node
     assert set(phases(st)) == {"demo-controller-1", "demo-login-1", "demo-compute-1", "demo-compute-2"}
-    run_steps(eng, 2)
-    # the controller is up and being configured: nothing else has launched yet
+    run_steps(eng, 1)
+    # the controller launches alone: nothing else before its VM is defined
     assert prov.launched == ["demo-controller-1"]
-    run_steps(eng, 2)
+    assert phases(st)["demo-controller-1"] == "booted"  # its VM is defined, Slurm not configured yet
+    run_steps(eng, 1)
+    # its VM exists (the box volume is complete): the others launch while it is configured
     assert sorted(prov.launched[1:]) == ["demo-compute-1", "demo-compute-2", "demo-login-1"]
 
 

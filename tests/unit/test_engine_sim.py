@@ -13,7 +13,7 @@ from lab.engine.engine import Engine
 from lab.providers.base import MachineSpec
 from lab.providers.sim import SimConfigurer, SimProvider, VirtualClock
 from lab.spec.problems import SpecInvalid
-from lab.store.db import ClusterRow, GroupRow, Store
+from lab.store.db import SCHEMA_VERSION, ClusterRow, GroupRow, Store
 from tests.fakes import FakeConfigurer, FakeProvider
 from tests.simlab import SimLab, spec_text
 
@@ -166,4 +166,34 @@ def test_a_schema_1_state_file_is_upgraded_in_place(tmp_path):
     assert n.phase == "running" and n.pending is None and n.generation == 0
     st.add_event("c", "Instance", "Info", "hello", node="c-a-1")
     assert st.events("c")[0].instance_id == "i-0"
-    assert st.meta("schema_version") == 2
+    assert n.configured_at is None
+    assert st.meta("schema_version") == SCHEMA_VERSION == 3
+
+
+def test_a_schema_2_state_file_gets_configured_at(tmp_path):
+    """v2 -> v3: nodes.configured_at added in place (None: counts as configured long ago)."""
+    import sqlite3
+
+    Store(tmp_path / "state.db").close()
+    db = sqlite3.connect(str(tmp_path / "state.db"))
+    db.executescript("""
+    DROP TABLE nodes;
+    CREATE TABLE nodes (cluster TEXT NOT NULL, name TEXT NOT NULL, grp TEXT NOT NULL, ordinal INTEGER NOT NULL,
+      instance_id TEXT NOT NULL, address TEXT NOT NULL, mac TEXT NOT NULL, phase TEXT NOT NULL,
+      message TEXT NOT NULL DEFAULT '', attempts INTEGER NOT NULL DEFAULT 0, retry_at REAL NOT NULL DEFAULT 0,
+      launched_at REAL, booted_at REAL, joined_at REAL, pending TEXT, generation INTEGER NOT NULL DEFAULT 0,
+      PRIMARY KEY (cluster, name));
+    INSERT INTO nodes (cluster, name, grp, ordinal, instance_id, address, mac, phase, generation)
+      VALUES ('c', 'c-compute-1', 'compute', 1, 'i-0', '10.0.0.2', 'm', 'configured', 2);
+    UPDATE meta SET value='2' WHERE key='schema_version';
+    """)
+    db.commit()
+    db.close()
+    st = Store(tmp_path / "state.db")
+    assert st.meta("schema_version") == 3
+    n = st.node("c", "c-compute-1")
+    assert (n.phase, n.generation, n.configured_at) == ("configured", 2, None)
+    st.update_node("c", "c-compute-1", configured_at=123.5)
+    assert st.nodes("c")[0].configured_at == 123.5
+    st.close()
+    assert Store(tmp_path / "state.db").node("c", "c-compute-1").configured_at == 123.5  # reopened: no-op
