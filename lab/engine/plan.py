@@ -36,7 +36,7 @@ LEGACY_ATTEMPTS = 3
 # when the newest member has been configured JOIN_QUIET_S ago, or the oldest JOIN_MAX_WAIT_S ago;
 # at once if a member is `joining` (a join cut short by a crash) or no other compute node is in
 # JOIN_COMING_PHASES.
-JOIN_QUIET_S = 5.0
+JOIN_QUIET_S = 10.0
 JOIN_MAX_WAIT_S = 30.0
 JOIN_COMING_PHASES = frozenset({"booted", "configuring"})
 

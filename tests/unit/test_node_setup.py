@@ -145,3 +145,37 @@ def test_qemu_readable_copy_is_private(tmp_path):
     assert dest.stat().st_mode & 0o777 == 0o400 and dest.parent.stat().st_mode & 0o777 == 0o700
     src.write_bytes(b"t" * 1024)
     assert secrets.qemu_readable_copy(src, dest).read_bytes() == b"t" * 1024
+
+
+def test_renice_every_thread_of_a_process(tmp_path, monkeypatch):
+    """The controller's qemu is favoured: every thread of the pid in libvirt's pid file is reniced."""
+    import os
+    import threading
+    import time
+
+    from lab.providers import priority
+
+    stop = threading.Event()
+    worker = threading.Thread(target=stop.wait, daemon=True)
+    worker.start()
+    (tmp_path / "demo-controller-1.pid").write_text(f"{os.getpid()}\n")
+    assert priority.qemu_pid("demo-controller-1", tmp_path) == os.getpid()
+    assert priority.qemu_pid("absent", tmp_path) is None
+    before = os.getpriority(os.PRIO_PROCESS, worker.native_id)
+    try:
+        t = priority.favor_when_started("demo-controller-1", nice=before + 1, poll=0.01, pid_dir=tmp_path)
+        deadline = time.monotonic() + 3
+        while os.getpriority(os.PRIO_PROCESS, worker.native_id) != before + 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert os.getpriority(os.PRIO_PROCESS, worker.native_id) == before + 1
+    finally:
+        stop.set()
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                os.setpriority(os.PRIO_PROCESS, int(tid), before)
+            except OSError:
+                pass
+    monkeypatch.setenv("SLURMLAB_CONTROLLER_NICE", "0")
+    assert priority.controller_nice() == 0
+    monkeypatch.setenv("SLURMLAB_CONTROLLER_NICE", "x")
+    assert priority.controller_nice() == priority.CONTROLLER_NICE

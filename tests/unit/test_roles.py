@@ -151,7 +151,7 @@ def test_handlers_in_execution_order():
     for role in ROLES:
         handlers = yaml.safe_load((ROOT / "roles" / role / "handlers" / "main.yml").read_text()) or []
         names += [h["name"] for h in handlers]
-    assert names == ["Restart munge", "Reconfigure slurmctld", "Forget the owed reconfigure", "Restart slurmd",
+    assert names == ["Restart munge", "Reconfigure slurmctld", "Restart slurmd",
                      "Restart sackd"]
 
 
