@@ -18,15 +18,21 @@ in libvirt (the naive way refuses to start then):
      join_latency_s        per compute node: the VM answers ssh -> Running in Slurm
      reconfigures          join batches (one `scontrol reconfigure` each)
      phases                per node: launch, boot, configure, join (bench/phases.py defines them)
-   then `slurmlab delete-cluster` and `slurmlab engine stop`.
+     controller_boot_to_ssh_s, controller_ssh_to_serving_s   the controller (it gates InService)
+     scale_out             one compute node added to the idle cluster (batch-add-cluster-nodes):
+                           its boot_to_ssh_s (one VM booting alone) and join_latency_s
+   then `slurmlab delete-cluster` and `slurmlab engine stop`. $SLURMLAB_CONTROLLER_NICE=0 turns the
+   controller's CPU priority off (lab/providers/priority.py), to compare.
 2. naive (bench/naive.py; left out with --skip-naive): the same spec with every VM in one
    `vagrant up`, one Ansible run of playbooks/site.yml over all nodes, then the first job; then
    every VM, volume and the network removed. In seconds from its first step: time_to_first_job_s,
    time_to_full_size_s (the Ansible run ended: every node configured and joined), setup_s,
    vagrant_up_s, ansible_s, boot_to_ssh_s (`vagrant up` started -> the VM answers ssh),
    join_latency_s (answers ssh -> idle in Slurm), reconfigures (0 expected), phases.
-3. ratios: time to first job and to full size, continuous / naive; the mean join latency over one
-   VM's boot-to-ssh.
+3. ratios: time to first job and to full size, continuous / naive; the scale-out node's join latency
+   over its own boot-to-ssh (join_latency_over_boot_to_ssh); the create's mean join latency over the
+   controller's boot-to-ssh (create_join_latency_over_boot_to_ssh; the old definition: all VMs now
+   boot at once, so the create's nodes also wait for the controller).
 
 Output: the JSON on stdout and in bench/results/cluster_timeline-<time>.json, its picture in
 bench/results/cluster_timeline-<time>.png (bench/timeline_png.py: a bar per node and phase, both
@@ -135,6 +141,12 @@ def continuous(spec: Path) -> dict:
         }
         one = ph.one_vm_boot(boot, types)
         result["one_vm_boot_to_ssh_s"] = round(one, 1) if one is not None else None
+        ctl = next((n for n in nodes if gtype[n.grp] == "Controller"), None)
+        if ctl and ctl.booted_at and ctl.joined_at:
+            result["controller_boot_to_ssh_s"] = round(ctl.booted_at - ctl.launched_at, 1)
+            result["controller_ssh_to_serving_s"] = round(ctl.joined_at - ctl.booted_at, 1)
+        result["controller_nice"] = os.environ.get("SLURMLAB_CONTROLLER_NICE", "-5 (default)")
+        result["scale_out"] = scale_out(st, name, gtype)
     finally:
         say("continuous: delete-cluster")
         p = sl("delete-cluster", name, check=False, timeout=900)
@@ -143,6 +155,29 @@ def continuous(spec: Path) -> dict:
         sl("engine", "stop", check=False)
         st.close()
     return result
+
+
+def scale_out(st, name: str, gtype: dict[str, str]) -> dict:
+    """One compute node added to the running, idle cluster (BatchAddClusterNodes): its VM boots
+    alone, so its boot-to-ssh is one VM's, and its join latency (the VM answers ssh -> Running
+    in Slurm) is the cost of a join by itself."""
+    group = next(g for g, t in gtype.items() if t == "Compute")
+    before = {n.name for n in st.nodes(name)}
+    t0 = time.time()
+    say(f"continuous: scale-out: batch-add-cluster-nodes {name} {group} --count 1")
+    sl("batch-add-cluster-nodes", name, group, "--count", "1")
+    while time.time() - t0 < 1800:
+        new = [n for n in st.nodes(name) if n.name not in before]
+        if new and new[0].phase == "running" and new[0].joined_at:
+            n = new[0]
+            out = {"node": n.name, "boot_to_ssh_s": round(n.booted_at - n.launched_at, 1),
+                   "join_latency_s": round(n.joined_at - n.booted_at, 1),
+                   "request_to_running_s": round(n.joined_at - t0, 1)}
+            say(f"continuous: scale-out: {n.name} booted in {out['boot_to_ssh_s']} s, joined "
+                f"{out['join_latency_s']} s after it answered ssh")
+            return out
+        time.sleep(1)
+    return {"error": "the added node did not join within 30 min"}
 
 
 def note(result: dict) -> str:
@@ -156,8 +191,15 @@ def note(result: dict) -> str:
                      f"time to full size: {r.get('time_to_full_size_continuous_over_naive')}")
     elif n.get("error"):
         lines.append(f"naive:      failed: {n['error']}")
-    lines.append(f"join latency / one VM's boot-to-ssh ({c.get('one_vm_boot_to_ssh_s')} s): "
-                 f"{r.get('join_latency_over_boot_to_ssh')}")
+    so = c.get("scale_out") or {}
+    if "join_latency_s" in so:
+        lines.append(f"scale-out of one node: boot-to-ssh {so['boot_to_ssh_s']} s, join latency {so['join_latency_s']} s: "
+                     f"{r.get('join_latency_over_boot_to_ssh')}")
+    if c.get("controller_ssh_to_serving_s") is not None:
+        lines.append(f"controller: boot-to-ssh {c['controller_boot_to_ssh_s']} s, ssh -> slurmctld serving "
+                     f"{c['controller_ssh_to_serving_s']} s (nice {c.get('controller_nice')})")
+    lines.append(f"create: join latency / the controller's boot-to-ssh ({c.get('one_vm_boot_to_ssh_s')} s): "
+                 f"{r.get('create_join_latency_over_boot_to_ssh')}")
     return "\n".join(lines)
 
 

@@ -149,9 +149,13 @@ def test_ratios():
     naive = {"time_to_first_job_s": 500.0, "time_to_full_size_s": 480.0}
     assert ph.ratios(cont, naive) == {"time_to_first_job_continuous_over_naive": 0.8,
                                       "time_to_full_size_continuous_over_naive": 0.94,
+                                      "create_join_latency_over_boot_to_ssh": 5.0,
                                       "join_latency_over_boot_to_ssh": 5.0}
-    assert ph.ratios(cont, None) == {"join_latency_over_boot_to_ssh": 5.0}
-    assert ph.ratios(cont, {"error": "boom"}) == {"join_latency_over_boot_to_ssh": 5.0}
+    assert ph.ratios(cont, None) == {"create_join_latency_over_boot_to_ssh": 5.0, "join_latency_over_boot_to_ssh": 5.0}
+    assert ph.ratios(cont, {"error": "boom"})["join_latency_over_boot_to_ssh"] == 5.0
+    # with a scale-out node, the join latency is its own over its own boot (one VM booting alone)
+    cont["scale_out"] = {"node": "c-compute-3", "boot_to_ssh_s": 40.0, "join_latency_s": 12.0}
+    assert ph.ratios(cont, None) == {"create_join_latency_over_boot_to_ssh": 5.0, "join_latency_over_boot_to_ssh": 0.3}
 
 
 def _result(with_naive=True):
