@@ -110,7 +110,22 @@ def make_engine(st: Store):
     from lab.engine.plan import LEGACY_ATTEMPTS
 
     return Engine(st, provider_factory=make_provider, configurer_factory=make_configurer,
-                  max_attempts=int(os.environ.get("SLURMLAB_LEGACY_ATTEMPTS", LEGACY_ATTEMPTS)))
+                  max_attempts=int(os.environ.get("SLURMLAB_LEGACY_ATTEMPTS", LEGACY_ATTEMPTS)),
+                  boot_slots=boot_slots())
+
+
+def boot_slots() -> dict[str, int]:
+    """How many VMs of a cluster boot at once, per provider (lab/engine/plan.py LAUNCH_PRIORITY):
+    under software emulation a boot is CPU-bound, so one per host core; with KVM no limit.
+    $SLURMLAB_BOOT_SLOTS overrides it (0: no limit)."""
+    env = os.environ.get("SLURMLAB_BOOT_SLOTS", "").strip()
+    if env.isdigit():
+        return {"vagrant": int(env)} if int(env) > 0 else {}
+    from lab.host import kvm
+
+    if kvm.detect().usable:
+        return {}
+    return {"vagrant": max(1, os.cpu_count() or 1)}
 
 
 async def serve_forever(idle_exit: float = 5.0) -> None:

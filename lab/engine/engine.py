@@ -87,7 +87,8 @@ class Engine:
                  configurer_factory: Callable[[str], object] | None = None,
                  max_attempts: int = LEGACY_ATTEMPTS,
                  backoff_base: float = BACKOFF_BASE, backoff_max: float = BACKOFF_MAX,
-                 join_quiet_s: float = JOIN_QUIET_S, join_max_wait_s: float = JOIN_MAX_WAIT_S):
+                 join_quiet_s: float = JOIN_QUIET_S, join_max_wait_s: float = JOIN_MAX_WAIT_S,
+                 boot_slots: dict[str, int] | None = None):
         self.store = store
         self.provider = provider
         self.configurer = configurer
@@ -107,6 +108,8 @@ class Engine:
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
         self.join_quiet_s = join_quiet_s
+        # per provider name: VMs of a cluster booting at once (plan.LAUNCH_PRIORITY); absent: no limit
+        self.boot_slots = dict(boot_slots or {})
         self.join_max_wait_s = join_max_wait_s
         self.tasks: dict[tuple[str, str], asyncio.Task] = {}
         self.stats: Counter = Counter()  # joins, leaves, launches, ... (benchmarks read it)
@@ -205,9 +208,16 @@ class Engine:
         now = self.clock()
         p = planner.plan(c, groups, nodes, observed, busy, now, limits=limits, used=used,
                          max_attempts=self.max_attempts, join_quiet_s=self.join_quiet_s,
-                         join_max_wait_s=self.join_max_wait_s)
+                         join_max_wait_s=self.join_max_wait_s,
+                         boot_slots=self.boot_slots.get(c.provider))
         self._ops[name] = [op for op in self.store.operations(name, "InProgress")] if c.status != "Deleting" else []
         self._statuses(c, groups, nodes, p)
+        if p.boot_waiting:
+            msg = f"waiting for a boot slot ({self.boot_slots.get(c.provider)} VMs boot at once on this host)"
+            by_name = {n.name: n for n in nodes}
+            for name in p.boot_waiting:
+                if by_name[name].message != msg:
+                    self.store.update_node(c.name, name, message=msg)
 
         if any(a.kind == "rollback" for a in p.actions):
             self._rollback(c, next(a for a in p.actions if a.kind == "rollback"))

@@ -180,6 +180,30 @@ CASES = [
          {**CTL_UP, "compute-1": "configured", "compute-2": "configuring"},
          {"join": [(("compute-1",), "quiet")]}, busy={"compute-2"}, extra={"compute-1": configured(2)},
          kw={"join_quiet_s": 1.0, "join_max_wait_s": 10.0}),
+    # ---- 4. boot slots: at most boot_slots VMs boot at once; controller, then login, then compute
+    Case("boot slots: 2 slots, controller booting -> the login node takes the other slot",
+         {**ALL_PLANNED, "controller-1": "launching"}, {"launch": ["login-1"]},
+         busy={"controller-1"}, observed={"controller-1": "running"}, kw={"boot_slots": 2}),
+    Case("boot slots: 2 slots, controller running, nothing booting -> login first, then the lowest compute",
+         {**ALL_PLANNED, "controller-1": "running"}, {"launch": ["compute-1", "login-1"]},
+         kw={"boot_slots": 2}),
+    Case("boot slots: all slots taken -> nothing launches",
+         {**CTL_UP, "login-1": "launching", "compute-1": "launching", "compute-2": "planned"},
+         {"launch": []}, busy={"login-1", "compute-1"}, kw={"boot_slots": 2}),
+    Case("boot slots: a resumed launch (no task) takes its slot again, no new one starts",
+         {**CTL_UP, "login-1": "launching", "compute-1": "planned", "compute-2": "planned"},
+         {"launch": ["compute-1", "login-1"]}, kw={"boot_slots": 2}),
+    Case("boot slots: a booted node frees its slot",
+         {**CTL_UP, "login-1": "booted", "compute-1": "launching", "compute-2": "planned"},
+         {"launch": ["compute-2"], "configure": ["login-1"]}, busy={"compute-1"}, kw={"boot_slots": 2}),
+    Case("boot slots: a failed node's retry waits for a slot like a new one",
+         {**CTL_UP, "login-1": "launching", "compute-1": "launching", "compute-2": "failed"},
+         {"launch": []}, busy={"login-1", "compute-1"}, extra={"compute-2": {"booted_at": None}},
+         kw={"boot_slots": 2}),
+    Case("boot slots: none (KVM) -> every node launches at once",
+         {**ALL_PLANNED, "controller-1": "running"}, {"launch": OTHERS}),
+    Case("boot slots: legacy mode honours them too",
+         ALL_PLANNED, {"launch": ["controller-1", "login-1"]}, mode=None, kw={"boot_slots": 2}),
 ]
 
 
@@ -252,3 +276,25 @@ def test_inservice_with_computes_configured_but_not_joined(mode, status):
 def test_defaults():
     assert (JOIN_QUIET_S, JOIN_MAX_WAIT_S) == (10.0, 30.0)  # measured: two compute nodes configured 7 s apart
     assert planner.JOIN_COMING_PHASES == {"booted", "configuring"}
+
+
+def test_boot_slots_name_the_waiting_nodes():
+    p = run_case(Case("x", {**ALL_PLANNED, "controller-1": "running"}, {}, kw={"boot_slots": 1}))
+    assert [short(a.node) for a in p.actions if a.kind == "launch"] == ["login-1"]
+    assert [short(n) for n in p.boot_waiting] == ["compute-1", "compute-2"]
+
+
+def test_boot_slots_from_the_host(monkeypatch):
+    from lab.engine import daemon
+    from lab.host import kvm
+
+    monkeypatch.setenv("SLURMLAB_BOOT_SLOTS", "3")
+    assert daemon.boot_slots() == {"vagrant": 3}
+    monkeypatch.setenv("SLURMLAB_BOOT_SLOTS", "0")
+    assert daemon.boot_slots() == {}
+    monkeypatch.delenv("SLURMLAB_BOOT_SLOTS")
+    monkeypatch.setattr(kvm, "detect", lambda: type("K", (), {"usable": True})())
+    assert daemon.boot_slots() == {}
+    monkeypatch.setattr(kvm, "detect", lambda: type("K", (), {"usable": False})())
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    assert daemon.boot_slots() == {"vagrant": 2}
