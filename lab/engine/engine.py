@@ -215,9 +215,9 @@ class Engine:
         if p.boot_waiting:
             msg = f"waiting for a boot slot ({self.boot_slots.get(c.provider)} VMs boot at once on this host)"
             by_name = {n.name: n for n in nodes}
-            for name in p.boot_waiting:
-                if by_name[name].message != msg:
-                    self.store.update_node(c.name, name, message=msg)
+            for waiting in p.boot_waiting:
+                if by_name[waiting].message != msg:
+                    self.store.update_node(c.name, waiting, message=msg)
 
         if any(a.kind == "rollback" for a in p.actions):
             self._rollback(c, next(a for a in p.actions if a.kind == "rollback"))

@@ -102,3 +102,22 @@ def test_configured_at_is_cleared_when_the_node_gets_a_new_vm(tmp_path):
         await lab.finish()
 
     asyncio.run(go())
+
+
+def test_boot_slots_bring_the_whole_cluster_up_in_priority_order(tmp_path):
+    """With 2 boot slots the engine launches the controller and the login node first, then the
+    compute nodes as slots free up, and every node of the cluster (the cluster, not a node named
+    like a waiting node) reaches Running."""
+    async def go():
+        lab = SimLab(tmp_path)
+        lab.eng = lab.new_engine()
+        lab.eng.boot_slots = {"sim": 2}
+        lab.create(spec_text(computes=3, logins=1))
+        await lab.run_until(lambda: lab.full())
+        assert set(lab.phases().values()) == {"running"}
+        assert lab.prov.launched[:2] == ["demo-controller-1", "demo-login-1"]
+        assert sorted(lab.prov.launched[2:]) == ["demo-compute-1", "demo-compute-2", "demo-compute-3"]
+        assert all(c == "demo" for c, _ in lab.eng.tasks)  # tasks are keyed by the cluster's name
+        await lab.finish()
+
+    asyncio.run(go())
