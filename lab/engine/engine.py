@@ -513,18 +513,21 @@ class Engine:
         node_type = self._group(cluster, n.grp).node_type
         self.store.update_node(cluster, a.node, phase="configuring", message="configuring (Ansible)")
         results = await self._call(cluster, self.configurer_for(c), "configure", ctx, n.name, node_type)
-        for w in _warnings_of(results):  # e.g. a boot-time setup that failed: Ansible did it instead
+        warnings = _warnings_of(results)  # e.g. a boot-time setup that failed: Ansible did it instead
+        for w in warnings:
             self.store.add_event(cluster, "Instance", "Warning", f"{a.node}: {w}"[:500], grp=a.group, node=a.node,
                                  operation_id=self._op_of(cluster, a.node, a.group))
+        said = f" ({'; '.join(warnings)})"[:400] if warnings else ""
         if node_type == "Compute":
             # configured_at starts the join batching window (plan.join_wait)
             self.store.update_node(cluster, a.node, phase="configured", configured_at=self.clock(),
-                                   message="configured, waiting to join")
+                                   message="configured, waiting to join" + said)
             # when configuring ended and waiting for the join began (bench/cluster_timeline.py reads it)
             self.store.add_event(cluster, "Instance", "Info", f"{a.node}: compute configured, waiting to join Slurm",
                                  grp=a.group, node=a.node, operation_id=self._op_of(cluster, a.node, a.group))
         else:
-            self.store.update_node(cluster, a.node, phase="running", joined_at=self.clock(), message="", attempts=0)
+            self.store.update_node(cluster, a.node, phase="running", joined_at=self.clock(), message=said.strip(" ()"),
+                                   attempts=0)
             self.store.add_event(cluster, "Instance", "Info", f"{a.node}: {node_type.lower()} ready",
                                  grp=a.group, node=a.node, operation_id=self._op_of(cluster, a.node, a.group))
 
