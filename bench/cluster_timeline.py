@@ -146,6 +146,7 @@ def continuous(spec: Path) -> dict:
             result["controller_boot_to_ssh_s"] = round(ctl.booted_at - ctl.launched_at, 1)
             result["controller_ssh_to_serving_s"] = round(ctl.joined_at - ctl.booted_at, 1)
         result["controller_nice"] = os.environ.get("SLURMLAB_CONTROLLER_NICE", "-5 (default)")
+        result["boot_slots"] = daemon.boot_slots().get("vagrant")  # None: every VM boots at once
         result["scale_out"] = scale_out(st, name, gtype)
     finally:
         say("continuous: delete-cluster")
