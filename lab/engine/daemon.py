@@ -115,16 +115,20 @@ def make_engine(st: Store):
 
 
 def boot_slots() -> dict[str, int]:
-    """How many VMs of a cluster may boot at once, per provider (lab/engine/plan.py LAUNCH_PRIORITY):
-    $SLURMLAB_BOOT_SLOTS (a number; unset or 0: no limit). No limit by default: measured on 2 cores
-    without KVM, four VMs booting at once all answered ssh after 175-184 s, about twice one VM's
-    90 s, so the CPU was used as well as with slots, and slots of 2 only made the compute nodes
-    start late (docs/adr/0002-provisioning-pipeline.md). A limit helps a host short of memory
-    or one that runs other work."""
+    """How many VMs of a cluster boot at once, per provider (lab/engine/plan.py LAUNCH_PRIORITY):
+    under software emulation one per host core, so that the controller and the login node (they
+    gate InService) get the CPU before the compute nodes; with KVM no limit. Measured on 2 cores
+    (docs/adr/0002-provisioning-pipeline.md): with 2 slots InService came at 158 s and the first job
+    at 277.5 s, with every VM booting at once at 258 s and 291.2 s; full size 287.5 s either way.
+    $SLURMLAB_BOOT_SLOTS overrides it (0: no limit)."""
     env = os.environ.get("SLURMLAB_BOOT_SLOTS", "").strip()
-    if env.isdigit() and int(env) > 0:
-        return {"vagrant": int(env)}
-    return {}
+    if env.isdigit():
+        return {"vagrant": int(env)} if int(env) > 0 else {}
+    from lab.host import kvm
+
+    if kvm.detect().usable:
+        return {}
+    return {"vagrant": max(1, os.cpu_count() or 1)}
 
 
 async def serve_forever(idle_exit: float = 5.0) -> None:

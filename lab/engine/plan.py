@@ -40,10 +40,10 @@ JOIN_QUIET_S = 10.0
 JOIN_MAX_WAIT_S = 30.0
 JOIN_COMING_PHASES = frozenset({"booted", "configuring"})
 
-# Boot slots (optional, $SLURMLAB_BOOT_SLOTS): at most `boot_slots` VMs of a cluster boot at once
-# (phase `launching`), the rest wait for a slot in this order: the controller (it gates everything),
-# login nodes (they gate InService), compute nodes. None: no limit (the default: measured on 2 cores,
-# four VMs booting together took about twice one VM's boot, so the host's CPU is used either way).
+# Boot slots: at most `boot_slots` VMs of a cluster boot at once (phase `launching`), the rest wait
+# for a slot in this order: the controller (it gates everything), login nodes (they gate
+# InService), compute nodes. The engine gives one slot per host core under software emulation
+# (lab/engine/daemon.py boot_slots: InService 100 s earlier on 2 cores); None: no limit (KVM).
 LAUNCH_PRIORITY = {"Controller": 0, "Login": 1, "Compute": 2}
 
 

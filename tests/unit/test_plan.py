@@ -286,12 +286,15 @@ def test_boot_slots_name_the_waiting_nodes():
 
 def test_boot_slots_from_the_host(monkeypatch):
     from lab.engine import daemon
+    from lab.host import kvm
 
     monkeypatch.setenv("SLURMLAB_BOOT_SLOTS", "3")
     assert daemon.boot_slots() == {"vagrant": 3}
     monkeypatch.setenv("SLURMLAB_BOOT_SLOTS", "0")
     assert daemon.boot_slots() == {}
-    monkeypatch.setenv("SLURMLAB_BOOT_SLOTS", "many")
-    assert daemon.boot_slots() == {}
     monkeypatch.delenv("SLURMLAB_BOOT_SLOTS")
-    assert daemon.boot_slots() == {}  # no limit by default (measured: docs/adr/0002)
+    monkeypatch.setattr(kvm, "detect", lambda: type("K", (), {"usable": True})())
+    assert daemon.boot_slots() == {}  # KVM: boots are cheap, no limit
+    monkeypatch.setattr(kvm, "detect", lambda: type("K", (), {"usable": False})())
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    assert daemon.boot_slots() == {"vagrant": 2}  # emulation: one per core
