@@ -91,3 +91,42 @@ def test_destroying_one_node_never_takes_the_cluster_network(tmp_path, monkeypat
     prov.remove("demo", ["demo-compute-2"])
     assert calls == [(["destroy", "-f", "demo-compute-2"], False)]
     assert (state / "demo-compute-1" / "libvirt" / "created_networks").exists()  # another node's file untouched
+
+
+class _FakeProc:
+    """A process that exits with `rc` after `after` waits (None: never)."""
+
+    def __init__(self, after, rc=0):
+        self.after, self.rc, self.returncode, self.pid = after, rc, None, 0
+
+    def wait(self, timeout=None):
+        import subprocess
+
+        if self.after is not None:
+            self.after -= 1
+            if self.after <= 0:
+                self.returncode = self.rc
+                return self.rc
+        raise subprocess.TimeoutExpired("vagrant", timeout)
+
+
+def test_wait_or_ready_returns_when_the_vm_answers_before_vagrant_returns():
+    from lab.providers.vagrant import wait_or_ready
+
+    answers = iter([False, False, True])
+    clock = iter(range(100)).__next__
+    assert wait_or_ready(_FakeProc(None), 600, lambda: next(answers), clock=clock) is None
+    # vagrant ends first: its exit code counts (a failure is a failure even if ssh would answer)
+    assert wait_or_ready(_FakeProc(2, rc=1), 600, lambda: False, clock=iter(range(100)).__next__) == 1
+    # no readiness check: plain wait
+    assert wait_or_ready(_FakeProc(1, rc=0), 600, None, clock=iter(range(100)).__next__) == 0
+
+
+def test_wait_or_ready_ends_a_vagrant_that_takes_too_long(monkeypatch):
+    from lab.providers import vagrant
+
+    ended = []
+    monkeypatch.setattr(vagrant, "_end_group", lambda p: ended.append(p))
+    proc = _FakeProc(None)
+    assert vagrant.wait_or_ready(proc, 5, lambda: False, clock=iter(range(0, 100, 2)).__next__) == -1
+    assert ended == [proc]
