@@ -59,19 +59,25 @@ def main(s):
     ctl = s["units"].get(s["controller"], {}).get("slurmctld", {})
     if prog == "systemctl":
         wanted = [a.split("=", 1)[1] for a in args if a.startswith("--property=")]
-        args = [a for a in args if a not in ("--no-pager", "--plain", "--all", "-l") and not a.startswith("--property=")]
+        now = "--now" in args  # enable --now / disable --now
+        args = [a for a in args if a not in ("--no-pager", "--plain", "--all", "-l", "--now")
+                and not a.startswith("--property=")]
         cmd, unit = (args + ["", ""])[:2]
         unit = unit.replace(".service", "")
         u = units.get(unit)
-        if cmd == "show":
-            props = {"Id": f"{unit}.service", "LoadState": "loaded" if u else "not-found",
-                     "ActiveState": "active" if u and u["active"] else "inactive",
-                     "SubState": "running" if u and u["active"] else "dead"}
-            if u:
-                props["UnitFileState"] = "enabled" if u["enabled"] else "disabled"
-            for k in wanted or props:  # systemctl show --property=A --property=B prints A then B
-                if k in props:
-                    print(f"{k}={props[k]}")
+        if cmd == "show":  # several units: one block each, separated by an empty line
+            for i, name in enumerate(a.replace(".service", "") for a in args[1:]):
+                v = units.get(name)
+                props = {"Id": f"{name}.service", "LoadState": "loaded" if v else "not-found",
+                         "ActiveState": "active" if v and v["active"] else "inactive",
+                         "SubState": "running" if v and v["active"] else "dead"}
+                if v:
+                    props["UnitFileState"] = "enabled" if v["enabled"] else "disabled"
+                if i:
+                    print()
+                for k in wanted or props:  # systemctl show --property=A --property=B prints A then B
+                    if k in props:
+                        print(f"{k}={props[k]}")
             return 0
         if cmd == "is-enabled":
             print("enabled" if u and u["enabled"] else "disabled")
@@ -105,6 +111,10 @@ def main(s):
             u["active"] = False
         elif cmd in ("enable", "disable"):
             u["enabled"] = cmd == "enable"
+            if now:
+                u["active"] = cmd == "enable"
+                if unit == "slurmctld" and u["active"]:
+                    s["loaded"] = open("/etc/slurm/slurm.conf").read()
         else:
             return 1
         return 0
