@@ -61,18 +61,9 @@ def srun_once(cluster: str, address: str, command: str = "srun -N1 hostname", ti
 
 def ssh_answers(cluster: str, address: str) -> bool:
     """Does the VM take an ssh login with the cluster's key (what `vagrant up` waits for)?"""
-    from lab.configure.remote import SSH_OPTS
-    from lab.providers.vagrant import ssh_exe
-    from lab.workspace import ClusterDir
+    from lab.providers.vagrant import ssh_answers as answers
 
-    # ssh keeps the first value of an option: this ConnectTimeout wins over SSH_OPTS' 20 s
-    cmd = [ssh_exe(), "-i", str(ClusterDir(cluster).ssh_key), "-o", "ConnectTimeout=5", *SSH_OPTS,
-           f"vagrant@{address}", "true"]
-    try:
-        return subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              timeout=20).returncode == 0
-    except subprocess.TimeoutExpired:
-        return False
+    return answers(cluster, address, connect_timeout=5, timeout=20)
 
 
 def _watch_ssh(cluster: str, node: str, address: str, stop: threading.Event, seen: dict[str, float]) -> None:

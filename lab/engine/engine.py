@@ -108,9 +108,9 @@ class Engine:
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
         self.join_quiet_s = join_quiet_s
+        self.join_max_wait_s = join_max_wait_s
         # per provider name: VMs of a cluster booting at once (plan.LAUNCH_PRIORITY); absent: no limit
         self.boot_slots = dict(boot_slots or {})
-        self.join_max_wait_s = join_max_wait_s
         self.tasks: dict[tuple[str, str], asyncio.Task] = {}
         self.stats: Counter = Counter()  # joins, leaves, launches, ... (benchmarks read it)
         self._io: Counter = Counter()  # blocking provider/configurer calls in flight, per cluster

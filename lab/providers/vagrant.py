@@ -49,6 +49,30 @@ def ssh_exe() -> str:
     return _netns_wrapper("ssh")
 
 
+# Options for every non-interactive ssh to a node (ssh keeps the first value of an option, so a
+# caller may put its own -o before these to override one).
+SSH_OPTS = ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes",
+            "-o", "ConnectTimeout=20", "-o", "LogLevel=ERROR"]
+
+
+def ssh_command(cluster: str, address: str, *options: str) -> list[str]:
+    """`ssh` to vagrant@ADDRESS with the cluster's key, inside the lab's namespace; add the remote
+    command. `options` come first and so win over SSH_OPTS."""
+    return [ssh_exe(), "-i", str(ClusterDir(cluster).ssh_key), *options, *SSH_OPTS, f"vagrant@{address}"]
+
+
+def ssh_answers(cluster: str, address: str, connect_timeout: float = 5, timeout: float = 20) -> bool:
+    """Does the VM take an ssh login with the cluster's key (what `vagrant up` waits for)?"""
+    import subprocess
+
+    cmd = [*ssh_command(cluster, address, "-o", f"ConnectTimeout={connect_timeout:g}"), "true"]
+    try:
+        return subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              timeout=timeout).returncode == 0
+    except (subprocess.TimeoutExpired, OSError):
+        return False
+
+
 def _vagrant_env() -> dict[str, str]:
     return {
         **os.environ,
@@ -105,18 +129,6 @@ class VagrantProvider:
             self._inflight.get(cluster, set()).discard(proc)
         if rc != 0:
             log.warning("vagrant %s exited %s after the VM answered ssh (see %s)", " ".join(args), rc, logf)
-
-    def _ssh_ready(self, cluster: str, machine: MachineSpec) -> bool:
-        """The VM answers ssh with the cluster's key (inside the lab's namespace)."""
-        import subprocess
-
-        cmd = [ssh_exe(), "-i", str(ClusterDir(cluster).ssh_key), "-o", "BatchMode=yes", "-o", "ConnectTimeout=3",
-               "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
-               f"vagrant@{machine.address}", "true"]
-        try:
-            return subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, timeout=15).returncode == 0
-        except (subprocess.TimeoutExpired, OSError):
-            return False
 
     def stop_inflight(self, cluster: str) -> int:
         """End the vagrant commands still running for a cluster (a delete or a rollback needs no
@@ -183,7 +195,7 @@ class VagrantProvider:
         if machine.node_type == "Controller":
             priority.favor_when_started(machine.name)  # it boots first when every VM boots at once
         self._vagrant(cluster, ["up", machine.name, "--provider", "libvirt", "--no-provision"], machine.name,
-                      ready=lambda: self._ssh_ready(cluster, machine))
+                      ready=lambda: ssh_answers(cluster, machine.address, connect_timeout=3, timeout=15))
         obs = self.observe(cluster).get(machine.name)
         if not obs or obs.state != "running":
             raise LaunchError(f"{machine.name}: vagrant up returned but the domain is {obs.state if obs else 'missing'}")
