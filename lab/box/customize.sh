@@ -27,10 +27,13 @@ EOF
 # mmdebstrap copied the build host's resolver config: it must not ship.
 rm -f "$R/etc/resolv.conf"
 
-say "user vagrant (uid 1000, password locked, passwordless sudo, no keys)"
-in_root useradd --create-home --uid 1000 --user-group --shell /bin/bash vagrant
+say "user vagrant (uid 1000, home /var/lib/vagrant, password locked, passwordless sudo, no keys)"
+# The admin user's home is on the node's own disk, not in /home: /home is the cluster's shared
+# (NFS) home of the student accounts, and Vagrant and Ansible must reach a node whose NFS server
+# (the controller) is down.
+in_root useradd --create-home --home-dir /var/lib/vagrant --uid 1000 --user-group --shell /bin/bash vagrant
 in_root usermod --lock vagrant
-install -d -m 0700 -o 1000 -g 1000 "$R/home/vagrant/.ssh"
+install -d -m 0700 -o 1000 -g 1000 "$R/var/lib/vagrant/.ssh"
 install -d -m 0700 "$R/root/.ssh"
 echo 'vagrant ALL=(ALL) NOPASSWD: ALL' > "$R/etc/sudoers.d/vagrant"
 chmod 0440 "$R/etc/sudoers.d/vagrant"
@@ -107,11 +110,11 @@ if [ "$n" -eq 0 ]; then
   exit 1
 fi
 umask 077
-mkdir -p /home/vagrant/.ssh /root/.ssh
-printf '%s' "$keys" > /home/vagrant/.ssh/authorized_keys
+mkdir -p /var/lib/vagrant/.ssh /root/.ssh
+printf '%s' "$keys" > /var/lib/vagrant/.ssh/authorized_keys
 printf '%s' "$keys" > /root/.ssh/authorized_keys
-chown vagrant:vagrant /home/vagrant/.ssh /home/vagrant/.ssh/authorized_keys
-chmod 0700 /home/vagrant/.ssh /root/.ssh
+chown vagrant:vagrant /var/lib/vagrant/.ssh /var/lib/vagrant/.ssh/authorized_keys
+chmod 0700 /var/lib/vagrant/.ssh /root/.ssh
 s=s; [ "$n" -eq 1 ] && s=""
 echo "slurmlab: authorized_keys installed ($n key$s) for vagrant and root"
 EOF
@@ -325,6 +328,35 @@ for u in slurmctld.service slurmd.service sackd.service munge.service; do
   in_root systemctl disable "$u" >/dev/null 2>&1
 done
 rm -f "$R/etc/munge/munge.key"
+
+say "accounting, NFS: installed, disabled (the roles accounting and nfs_server start them on the controller)"
+for u in mariadb.service slurmdbd.service nfs-server.service rpcbind.service rpcbind.socket \
+         nfs-blkmap.service rpc-statd.service rpc-statd-notify.service nfs-idmapd.service; do
+  if [ -e "$R/usr/lib/systemd/system/$u" ] || [ -e "$R/lib/systemd/system/$u" ]; then
+    in_root systemctl disable "$u" >/dev/null 2>&1 || true
+  fi
+done
+# NFSv4 only: no rpcbind, no statd (the clients mount with nfsvers=4.2).
+install -d -m 0755 "$R/etc/nfs.conf.d"
+cat > "$R/etc/nfs.conf.d/slurmlab.conf" <<'EOF'
+# slurmlab: NFSv4 only (the cluster's /home and /fsx); no NFSv3, so no rpcbind and no statd.
+[nfsd]
+vers3=n
+EOF
+# MariaDB for one slurmdbd on a small VM (768 MiB to 1 GiB): a small buffer pool, no performance
+# schema; innodb settings from Slurm's accounting.html.
+install -d -m 0755 "$R/etc/mysql/mariadb.conf.d"
+cat > "$R/etc/mysql/mariadb.conf.d/60-slurmlab.cnf" <<'EOF'
+# slurmlab: one slurmdbd on a small lab VM
+[mariadbd]
+bind-address = 127.0.0.1
+skip-name-resolve
+performance_schema = OFF
+innodb_buffer_pool_size = 32M
+innodb_log_file_size = 64M
+innodb_lock_wait_timeout = 900
+max_connections = 40
+EOF
 
 say "initramfs: the disk drivers a VM needs, no hardware database (17.8 MB -> ~8 MB)"
 cat > "$R/etc/initramfs-tools/conf.d/slurmlab" <<'EOF'

@@ -38,6 +38,12 @@ PACKAGES: tuple[str, ...] = (
     "slurmd",
     "slurm-client",
     "sackd",
+    # accounting on the controller: slurmdbd with MariaDB (docs/workshop.md)
+    "slurmdbd",
+    "mariadb-server",
+    # shared /home and /fsx: the controller exports them over NFSv4, the other nodes mount them
+    "nfs-kernel-server",
+    "nfs-common",
     "libnss-myhostname",
     "iproute2",
     "ca-certificates",

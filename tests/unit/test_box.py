@@ -211,7 +211,7 @@ def _embedded(name: str) -> str:
 def test_authorized_keys_script(tmp_path):
     script = (
         _embedded("usr/local/lib/slurmlab/authorized-keys")
-        .replace("/home/vagrant", f"{tmp_path}/home/vagrant")
+        .replace("/var/lib/vagrant", f"{tmp_path}/var/lib/vagrant")
         .replace("/root/.ssh", f"{tmp_path}/root/.ssh")
         .replace("chown vagrant:vagrant", ": chown")
     )
@@ -231,7 +231,7 @@ def test_authorized_keys_script(tmp_path):
 
     r = run("ssh-ed25519 AAAA one\n\n# comment\nssh-ed25519 BBBB two")  # no final newline
     assert r.returncode == 0 and "authorized_keys installed (2 keys)" in r.stdout
-    for home in ("home/vagrant", "root"):
+    for home in ("var/lib/vagrant", "root"):
         f = tmp_path / home / ".ssh/authorized_keys"
         assert f.read_text() == "ssh-ed25519 AAAA one\nssh-ed25519 BBBB two\n"
         assert f.stat().st_mode & 0o777 == 0o600 and f.parent.stat().st_mode & 0o777 == 0o700
