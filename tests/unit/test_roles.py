@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parent / "data"
 INVENTORY = DATA / "inventory.yml"
 GOLDEN = DATA / "slurm.conf.golden"
-PLAYBOOKS = ["controller.yml", "nodes.yml", "join.yml", "leave.yml", "lifecycle.yml", "site.yml"]
-ROLES = ["common", "munge", "slurm_controller", "slurm_node"]
+PLAYBOOKS = ["controller.yml", "nodes.yml", "join.yml", "leave.yml", "lifecycle.yml", "site.yml", "users.yml"]
+ROLES = ["common", "munge", "slurm_controller", "slurm_node", "nfs_server", "nfs_client", "accounting", "users"]
 
 RENDER_PLAY = """
 - name: Render slurmlab templates for the unit tests
@@ -168,7 +168,7 @@ def test_slurm_conf_nodes_and_partitions(rendered):
     assert _lines(text, "NodeName=") == [
         "NodeName=demo-compute-1 CPUs=2 RealMemory=900",
         "NodeName=demo-compute-2 NodeAddr=10.213.7.12 CPUs=2 RealMemory=900",  # the others give no address
-        "NodeName=demo-gpu-1 CPUs=1 RealMemory=400",
+        "NodeName=demo-gpu-1 CPUs=1 RealMemory=400 Gres=gpu:2",
     ]
     # demo-gpu-1 has no partition: it goes to the default one.
     assert _lines(text, "PartitionName=") == [
@@ -177,7 +177,10 @@ def test_slurm_conf_nodes_and_partitions(rendered):
     ]
     for setting in (
         "SlurmctldParameters=enable_configless", "SlurmctldHost=demo-controller-1", "ClusterName=demo",
-        "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "SelectType=select/cons_tres",
+        "ProctrackType=proctrack/cgroup", "TaskPlugin=task/cgroup,task/affinity", "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_Core_Memory", "AccountingStorageType=accounting_storage/slurmdbd",
+        "AccountingStorageHost=demo-controller-1", "GresTypes=gpu",
+        "DefMemPerCPU=400",  # the smallest node's memory per CPU (demo-gpu-1: 400 MiB, 1 CPU)
         "ReturnToService=2", "MailProg=/bin/true", "DebugFlags=GLOB_SILENCE", "SlurmUser=slurm",
     ):
         assert setting in text.splitlines()
@@ -186,10 +189,20 @@ def test_slurm_conf_nodes_and_partitions(rendered):
     assert keys == sorted(keys, key=str.lower), "slurm.conf keys must be sorted (stable diffs)"
 
 
+def test_gres_conf_names_the_emulated_devices_of_gpu_nodes(rendered):
+    lines = [line for line in (rendered / "sample" / "gres.conf").read_text().splitlines()
+             if line and not line.startswith("#")]
+    assert lines == ["AutoDetect=off", "NodeName=demo-gpu-1 Name=gpu File=/dev/nvidia[0-1]"]
+    # without a GPU node there is neither a gres.conf nor GresTypes
+    assert not (rendered / "leaving" / "gres.conf").exists()
+    assert "GresTypes" not in (rendered / "leaving" / "slurm.conf").read_text()
+
+
 def test_slurm_conf_without_nodes_has_no_empty_partition(rendered):
     text = (rendered / "empty" / "slurm.conf").read_text()
     assert _lines(text, "NodeName=") == []
     assert _lines(text, "PartitionName=") == []
+    assert "DefMemPerCPU" not in text and not (rendered / "empty" / "gres.conf").exists()
     assert "SlurmctldHost=demo-controller-1" in text
 
 
@@ -213,7 +226,7 @@ def test_slurm_conf_overrides(rendered):
 def test_cgroup_conf(rendered):
     lines = [line for line in (rendered / "sample" / "cgroup.conf").read_text().splitlines()
              if line and not line.startswith("#")]
-    assert lines == ["CgroupPlugin=disabled"]
+    assert lines == ["CgroupPlugin=cgroup/v2", "ConstrainCores=yes", "ConstrainDevices=yes", "ConstrainRAMSpace=yes"]
 
 
 def test_hosts_block_and_daemon_options(rendered):
