@@ -203,6 +203,40 @@ def _check_box(name: Optional[str]) -> None:
                        f"vagrant box add --name {name} FILE.box, or remove Lab.Box to use {box.DEFAULT_BOX}")
 
 
+def _with_users(sp, count: Optional[int]):
+    """The spec with --users applied (Lab.Users.Count), checked like the spec's own Lab.Users."""
+    if count is None:
+        return sp
+    from lab.errors import UsageError
+    from lab.spec import with_users
+    from lab.spec.rules import user_count_problem
+
+    bad = user_count_problem(count)
+    if bad:
+        raise UsageError(f"--users (Lab.Users.Count): {bad[0]}", bad[1])
+    return with_users(sp, count)
+
+
+def _with_accounts(d: dict, name: str) -> dict:
+    """create-cluster's and up's JSON: the student accounts (and their password) under Lab.Users."""
+    from lab import users
+
+    acc = users.load(name)
+    if acc is not None:
+        d = {**d, "Lab": {**d.get("Lab", {}), "Users": {"Names": acc.names, "Password": acc.password,
+                                                         "Account": acc.account}}}
+    return d
+
+
+def _print_accounts(name: str) -> None:
+    from lab import users
+
+    acc = users.load(name)
+    if acc is not None and acc.users:
+        out.print(f"student accounts: {users.name_range(acc.names)}  password: {acc.password}  "
+                  f"(slurmlab users show {name})", markup=False)
+
+
 @app.command("create-cluster")
 def create_cluster(
     spec: str = typer.Option(..., "--spec", help="cluster spec (YAML, HyperPod CreateCluster field names)"),
@@ -212,6 +246,7 @@ def create_cluster(
     capacity_file: Optional[str] = typer.Option(None, "--capacity", help="capacity file (YAML) to apply first"),
     provider: str = typer.Option("vagrant", "--provider",
                                  help="vagrant (real VMs) or sim (simulated VMs, no Slurm inside: API practice)"),
+    users: Optional[int] = typer.Option(None, "--users", help="student accounts user01..userNN (sets Lab.Users.Count)"),
     output: Output = OutputOpt,
 ) -> None:
     """Create a cluster from a spec: controller first, then login and compute nodes in parallel."""
@@ -224,7 +259,7 @@ def create_cluster(
         from lab.errors import UsageError
 
         raise UsageError(f"--provider: unknown provider '{provider}'", "use vagrant (real VMs) or sim (simulated VMs)")
-    sp = load_spec(spec)
+    sp = _with_users(load_spec(spec), users)
     if provider == "vagrant":
         _check_box(sp.box)
     if capacity_file:
@@ -241,9 +276,10 @@ def create_cluster(
     if wait:
         d = clusters.wait(st, row.name, wait_for, on_change=_Watcher(output == Output.json), timeout=timeout)
     if output == Output.json:
-        print_json(d)
+        print_json(_with_accounts(d, row.name))
     else:
         _print_cluster(d)
+        _print_accounts(row.name)
         if not wait:
             out.print(f"watch it: slurmlab describe-cluster {row.name}   (engine log: {_store().path.parent / 'engine.log'})")
     if d.get("ClusterStatus") == "Failed":
@@ -292,13 +328,19 @@ def list_cluster_nodes(name: str, output: Output = OutputOpt) -> None:
     """Nodes with group, status (and why), address."""
     from lab.engine import clusters
 
-    nodes = clusters.list_nodes(_store(), name)
+    st = _store()
+    nodes = clusters.list_nodes(st, name)
+    gpus = clusters.gpus(st, name)
     if output == Output.json:
-        print_json({"ClusterNodeSummaries": nodes})
+        print_json({"ClusterNodeSummaries": [
+            {**n, "Lab": {"Gpus": (g := gpus.get(n["InstanceGroupName"], 0)), "GpusEmulated": g > 0}} for n in nodes]})
         return
     for n in nodes:
-        st = n["InstanceStatus"]
-        out.print(f"{n['NodeLogicalId']:<26} {n['InstanceGroupName']:<12} {st['Status']:<9} {n['PrivatePrimaryIp']:<14} {st.get('Message', '')}")
+        s = n["InstanceStatus"]
+        g = gpus.get(n["InstanceGroupName"], 0)
+        gpu = f"{g} GPU{'s' if g > 1 else ''} (emulated)" if g else ""
+        out.print(f"{n['NodeLogicalId']:<26} {n['InstanceGroupName']:<12} {s['Status']:<9} {n['PrivatePrimaryIp']:<14} "
+                  f"{gpu + '  ' if gpu else ''}{s.get('Message', '')}")
 
 
 @app.command("delete-cluster")
@@ -394,6 +436,7 @@ def ssh(ctx: typer.Context, name: str, node: str = typer.Argument(..., help="nod
 def up(
     spec: str = typer.Argument("examples/cluster.yaml", help="cluster spec"),
     timeout: float = typer.Option(3600, help="seconds to wait at most"),
+    users: Optional[int] = typer.Option(None, "--users", help="student accounts user01..userNN (sets Lab.Users.Count)"),
     output: Output = OutputOpt,
 ) -> None:
     """The whole path: host set-up, the box if missing, the cluster, a job on it, how to get in."""
@@ -403,7 +446,7 @@ def up(
     from lab.spec import load_spec
 
     progress = Progress(output == Output.json)
-    sp = load_spec(spec)
+    sp = _with_users(load_spec(spec), users)
     progress("host: namespace, libvirtd, storage pool")
     libvirtd.up()
     if not box.is_current(sp.box or box.DEFAULT_BOX):
@@ -415,6 +458,8 @@ def up(
         clusters.create(st, sp)
     else:
         progress(f"cluster {sp.name} exists: resuming")
+        if users is not None:
+            progress(f"--users ignored: cluster {sp.name} exists (change its accounts with slurmlab users add/remove)")
         from lab.engine import daemon
 
         daemon.ensure_running()
@@ -425,9 +470,11 @@ def up(
     login = next((n for n in st.nodes(sp.name) if any(g.name == n.grp and g.node_type == "Login" for g in st.groups(sp.name))), None)
     entry = login or next(n for n in st.nodes(sp.name))
     if output == Output.json:
-        print_json({**clusters.describe(st, sp.name), "FirstJob": result, "Ssh": f"slurmlab ssh {sp.name} {entry.name}"})
+        print_json({**_with_accounts(clusters.describe(st, sp.name), sp.name), "FirstJob": result,
+                    "Ssh": f"slurmlab ssh {sp.name} {entry.name}"})
         return
     _print_cluster(clusters.describe(st, sp.name))
+    _print_accounts(sp.name)
     out.print(f"\nfirst job: {result['command']}\n" + "\n".join(f"  {l}" for l in result["output"].splitlines()))
     out.print(f"\nget in:     slurmlab ssh {sp.name} {entry.name}")
     out.print(f"run a job:  slurmlab ssh {sp.name} {entry.name} -- srun -N{result['nodes']} hostname")
@@ -452,6 +499,116 @@ def run_first_job(st, name: str, progress) -> dict:
         raise LabError(f"the first job failed on {entry.name}: {res.stdout.strip()}",
                        f"look at the nodes: slurmlab ssh {name} {entry.name} -- sinfo")
     return {"command": cmd, "node": entry.name, "nodes": len(computes), "output": res.stdout}
+
+
+# ---------------------------------------------------------------- student accounts
+users_app = typer.Typer(help="Student accounts: user01..userNN with one shared password, on every node.",
+                        no_args_is_help=True)
+app.add_typer(users_app, name="users")
+
+
+def _accounts_data(name: str, acc) -> dict:
+    return {"ClusterName": name, "Account": acc.account, "Password": acc.password,
+            "Users": [{"Name": u.name, "Uid": u.uid} for u in acc.users], "Removed": list(acc.removed)}
+
+
+@users_app.command("show")
+def users_show(name: str, output: Output = OutputOpt) -> None:
+    """The cluster's student accounts, their shared password and Slurm account."""
+    from lab import users
+    from lab.engine import clusters
+    from lab.errors import NotFound
+
+    clusters.get(_store(), name)
+    acc = users.load(name)
+    if acc is None:
+        raise NotFound(f"cluster '{name}' has no student accounts", users.no_accounts_fix(name))
+    if output == Output.json:
+        print_json(_accounts_data(name, acc))
+        return
+    out.print(f"{name}: {len(acc.users)} student account{'s' if len(acc.users) != 1 else ''}", markup=False)
+    out.print(f"  users:    {users.name_range(acc.names) or '(none)'}", markup=False)
+    out.print(f"  password: {acc.password}", markup=False)
+    out.print(f"  account:  {acc.account} (Slurm)", markup=False)
+    uids = [u.uid for u in acc.users]
+    if uids and uids == list(range(uids[0], uids[0] + len(uids))):
+        out.print(f"  uids:     {uids[0]}..{uids[-1]} (gid = uid)", markup=False)
+    elif uids:
+        out.print(f"  uids:     {', '.join(f'{u.name}={u.uid}' for u in acc.users)} (gid = uid)", markup=False)
+    if acc.removed:
+        out.print(f"  removed:  {', '.join(acc.removed)}", markup=False)
+
+
+def _push_accounts(name: str, c, verb: str, names: list[str]) -> list[str]:
+    """users.yml over the cluster's running nodes; returns their names. A failed run is a LabError
+    naming the nodes (users.json keeps the change: the same command again retries)."""
+    from lab.configure.runner import PlaybookFailed, run_playbook
+    from lab.engine import daemon
+    from lab.workspace import ClusterDir
+
+    st = _store()
+    running = [n for n in st.nodes(name) if n.phase == "running"]
+    if not running:
+        return []
+    ctx = daemon.make_configurer(c.provider).context(c, st.groups(name), running)
+    try:
+        run_playbook(ctx, "users.yml", workdir=ClusterDir(name).root)
+    except PlaybookFailed as e:
+        failures = e.result.failures
+        detail = "\n".join(f"  {h}: {m}" for h, m in sorted(failures.items()))
+        raise LabError(f"users {verb}: the accounts were not changed on {', '.join(sorted(failures))}:\n{detail}",
+                       f"users.json has the change; run the same command again to retry: slurmlab users {verb} "
+                       f"{name} {' '.join(names)}") from None
+    return [n.name for n in running]
+
+
+def _users_change(verb: str, name: str, names: list[str], output: Output) -> None:
+    from lab import users
+    from lab.engine import clusters
+    from lab.errors import Conflict
+
+    st = _store()
+    c = clusters.get(st, name)
+    if c.status in ("Deleting", "Failed", "RollingBack"):
+        raise Conflict(f"users {verb}: cluster '{name}' is {c.status}", "change the accounts of a cluster that is "
+                       "Creating, InService or Updating")
+    change = users.add(name, names) if verb == "add" else users.remove(name, names)
+    nodes = [] if c.provider == "sim" else _push_accounts(name, c, verb, names)
+    acc = change.accounts
+    if output == Output.json:
+        data = {**_accounts_data(name, acc), "Changed": change.changed, "Unchanged": change.unchanged,
+                "Nodes": nodes, "Simulated": c.provider == "sim"}
+        if not change.created:  # the password only where it is new (else: slurmlab users show)
+            data.pop("Password")
+        print_json(data)
+        return
+    done = "added" if verb == "add" else "removed"
+    if change.changed:
+        out.print(f"{done}: {', '.join(change.changed)}", markup=False)
+    if change.unchanged:
+        out.print(f"already {done}: {', '.join(change.unchanged)}", markup=False)
+    if change.created:
+        out.print(f"password: {acc.password}  (the same for every student: slurmlab users show {name})", markup=False)
+    if c.provider == "sim":
+        out.print(f"cluster {name} is simulated (provider sim): users.json updated, no nodes to change", markup=False)
+    elif nodes:
+        out.print(f"nodes updated: {len(nodes)} ({', '.join(nodes)})", markup=False)
+    else:
+        out.print("no node is running yet: the nodes get the accounts when they are configured", markup=False)
+
+
+@users_app.command("add")
+def users_add(name: str, user: list[str] = typer.Argument(..., metavar="USER...", help="user names, e.g. user21"),
+              output: Output = OutputOpt) -> None:
+    """Add student accounts (same password) on every running node; a name that exists is pushed again."""
+    _users_change("add", name, user, output)
+
+
+@users_app.command("remove")
+def users_remove(name: str, user: list[str] = typer.Argument(..., metavar="USER...", help="user names"),
+                 output: Output = OutputOpt) -> None:
+    """Remove student accounts from every running node (nodes that join later delete them too)."""
+    _users_change("remove", name, user, output)
 
 
 # ---------------------------------------------------------------- capacity
@@ -586,7 +743,12 @@ def verify(
         fix = ("check the path given to --inventory" if inventory else
                "create the cluster first (slurmlab create-cluster), or pass --inventory PATH for another cluster")
         raise NotFound(f"no Ansible inventory at {inv}", fix)
-    rc = v.run(inv, Path(junit).expanduser() if junit else None)
+    ssh = None
+    if not inventory:  # a slurmlab cluster: plain ssh through the lab's namespace (docs/verify.md)
+        from lab.providers.vagrant import ssh_exe
+
+        ssh = ssh_exe()
+    rc = v.run(inv, Path(junit).expanduser() if junit else None, ssh_executable=ssh)
     if rc == 5:
         err.print("error: the verify suite collected no tests (empty inventory groups?)", markup=False, highlight=False)
         rc = exitcodes.FAILURE

@@ -32,6 +32,11 @@ class ClusterDir:
         return self.root / "secrets" / "munge.key"
 
     @property
+    def users(self) -> Path:
+        """The student accounts (names, uids, the shared password and its hash): lab/users.py."""
+        return self.root / "secrets" / "users.json"
+
+    @property
     def inventory(self) -> Path:
         return self.root / "inventory.yml"
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lab import users
 from lab.configure.inventory import ClusterContext
 from lab.configure.runner import PlaybookResult, run_playbook
+from lab.spec import group_gpus
 from lab.store.db import ClusterRow, GroupRow, NodeRow
 from lab.workspace import ClusterDir
 
@@ -27,7 +29,9 @@ class AnsibleConfigurer:
                 folder = src.removeprefix("file://")
                 lifecycle[g["InstanceGroupName"]] = (str(Path(folder)), lc.get("OnCreate") or "on_create.sh")
         return ClusterContext(name=cluster.name, groups=groups, nodes=nodes, ssh_key=cd.ssh_key,
-                              munge_key=cd.munge_key, ssh_executable=self.ssh_executable, lifecycle=lifecycle)
+                              munge_key=cd.munge_key, ssh_executable=self.ssh_executable, lifecycle=lifecycle,
+                              users=users.inventory_vars(users.load(cluster.name)),
+                              gpus=group_gpus(cluster.spec, [(g.name, g.node_type, g.instance_type) for g in groups]))
 
     def _run(self, ctx: ClusterContext, playbook: str, **kw) -> PlaybookResult:
         return run_playbook(ctx, playbook, workdir=ClusterDir(ctx.name).root, **kw)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from lab import users as users_mod
 from lab.store.db import GroupRow, NodeRow
 
 GROUP_OF_TYPE = {"Controller": "slurm_controller", "Login": "slurm_login", "Compute": "slurm_compute"}
@@ -19,6 +20,8 @@ class ClusterContext:
     munge_key: Path
     ssh_executable: str
     lifecycle: dict[str, tuple[str, str]] | None = None  # group -> (local folder, OnCreate script)
+    users: dict | None = None  # lab.users.inventory_vars(...): the student accounts; None: none
+    gpus: dict[str, int] = field(default_factory=dict)  # group -> emulated GPUs per node (absent: 0)
 
 
 def slurm_nodes(ctx: ClusterContext, joining: list[str] = ()) -> list[dict]:
@@ -29,7 +32,8 @@ def slurm_nodes(ctx: ClusterContext, joining: list[str] = ()) -> list[dict]:
         g = types.get(n.grp)
         if g and g.node_type == "Compute" and (n.phase == "running" or n.name in joining):
             out.append({"name": n.name, "address": n.address, "cpus": g.cpus,
-                        "real_memory": _real_memory(g.memory_mib), "partitions": list(g.partitions)})
+                        "real_memory": _real_memory(g.memory_mib), "partitions": list(g.partitions),
+                        "gpus": ctx.gpus.get(g.name, 0)})
     return out
 
 
@@ -69,6 +73,7 @@ def build(ctx: ClusterContext, joining: list[str] = ()) -> dict:
             "slurmlab_cpus": g.cpus,
             "slurmlab_real_memory": _real_memory(g.memory_mib),
             "slurmlab_partitions": list(g.partitions),
+            "slurmlab_gpus": ctx.gpus.get(g.name, 0),
         }
         if ctx.lifecycle and g.name in ctx.lifecycle:
             folder, script = ctx.lifecycle[g.name]
@@ -88,5 +93,6 @@ def build(ctx: ClusterContext, joining: list[str] = ()) -> dict:
         "slurmlab_etc_hosts": [{"name": n.name, "address": n.address} for n in sorted(ctx.nodes, key=lambda n: n.name)],
         "slurmlab_slurm_nodes": slurm_nodes(ctx, joining),
         "slurmlab_partitions_default": default_partition(ctx),
+        **(ctx.users if ctx.users is not None else users_mod.inventory_vars(None)),
     }
     return inv

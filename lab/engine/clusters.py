@@ -121,12 +121,19 @@ def create(st: Store, spec, provider: str = "vagrant", start_engine: bool = True
         raise Conflict(f"a cluster named '{spec.name}' already exists",
                        f"pick another ClusterName, or delete it first: slurmlab delete-cluster {spec.name}")
     stored, groups = _group_rows(spec.name, spec)
+    users = (stored.get("Lab") or {}).get("Users")
+    if users and "Password" in users:  # it goes to the accounts file (0600), not into the store
+        stored["Lab"]["Users"] = {k: v for k, v in users.items() if k != "Password"}
     with st.tx():
         used = {c.net_index for c in st.clusters()}
         net_index = next(i for i in range(1, 250) if i not in used)
         row = ClusterRow(name=spec.name, arn=arn(spec.name), status="Creating", failure_message=None, spec=stored,
                          provider=provider, net_index=net_index, created_at=time.time())
         st.add_cluster(row, groups)
+        if spec.users:  # in the transaction: written only for a cluster that is recorded, before the engine sees it
+            from lab import users as accounts
+
+            accounts.create(spec.name, spec.users)
         op = _new_op(spec.name, "CreateCluster", [g.name for g in groups])
         st.add_operation(op)
         st.add_event(spec.name, "Cluster", "Info", f"cluster {spec.name} requested"
@@ -290,6 +297,15 @@ def list_nodes(st: Store, name: str) -> list[dict]:
             "PrivateDnsHostname": n.name,
         })
     return out
+
+
+def gpus(st: Store, name: str) -> dict[str, int]:
+    """Emulated GPUs per node of each instance group (Lab.Gpus, else the instance type's real
+    count for Compute groups). Lab-only: not part of any HyperPod response."""
+    from lab.spec import group_gpus
+
+    c = get(st, name)
+    return group_gpus(c.spec, [(g.name, g.node_type, g.instance_type) for g in st.groups(name)])
 
 
 def _find(nodes: list[NodeRow], ref: str) -> NodeRow | None:

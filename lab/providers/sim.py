@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lab.providers.base import LaunchError, MachineSpec, Observed, mac_for
+from lab.workspace import ClusterDir
 
 ID_PREFIX = "i-sim-"
 
@@ -227,6 +228,7 @@ class SimProvider:
         with self._lock:
             gone = sorted(self.vms.pop(cluster, {}))
             self._drop(cluster)
+        ClusterDir(cluster).remove()  # what the lab keeps for it (the student accounts file), as vagrant's does
         return [f"simulated VM {n}" for n in gone]
 
     def collect_logs(self, cluster: str, dest: Path) -> list[Path]:

@@ -11,10 +11,12 @@ See docs/spec.md.
 
 from .catalog import (
     DEFAULTS,
+    GPUS,
     RULE,
     Catalog,
     VmSize,
     check_instance_type,
+    gpu_count,
     load_catalog,
     rule_size,
 )
@@ -24,6 +26,7 @@ from .load import (
     loads_spec,
     spec_from_request,
     with_instance_count,
+    with_users,
 )
 from .models import (
     ClusterInstanceGroupSpecification,
@@ -34,6 +37,8 @@ from .models import (
     ClusterSlurmConfig,
     ClusterSpec,
     LabConfig,
+    LabUsers,
+    group_gpus,
 )
 from .problems import Problem, SpecInvalid
 from .rules import (
@@ -56,11 +61,13 @@ __all__ = [
     "ClusterSlurmConfig",
     "ClusterSpec",
     "DEFAULTS",
+    "GPUS",
     "DEFAULT_MAX_NODES_PER_GROUP",
     "DEFAULT_PARTITION",
     "INSTANCE_TYPES",
     "InstanceGroup",
     "LabConfig",
+    "LabUsers",
     "MAX_NODES_ENV",
     "Problem",
     "RULE",
@@ -68,6 +75,8 @@ __all__ = [
     "VmSize",
     "apply_update",
     "check_instance_type",
+    "gpu_count",
+    "group_gpus",
     "load_catalog",
     "load_spec",
     "loads_spec",
@@ -75,4 +84,5 @@ __all__ = [
     "rule_size",
     "spec_from_request",
     "with_instance_count",
+    "with_users",
 ]

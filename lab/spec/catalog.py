@@ -83,6 +83,48 @@ def rule_size(instance_type: str) -> VmSize:
     return RULE[3][1]
 
 
+def _same(count: int, *names: str) -> dict[str, int]:
+    return {n: count for n in names}
+
+
+# The real number of GPUs of HyperPod's GPU instance types (every one in the ClusterInstanceType
+# enum; a unit test keeps the names in it). A lab VM of such a type gets that many emulated GPUs
+# (Slurm GRES `gpu`) unless the spec's `Lab.Gpus` asks for fewer. Trainium (trn*) and every other
+# type have none.
+GPUS: dict[str, int] = {
+    **_same(1, "ml.g4dn.xlarge", "ml.g4dn.2xlarge", "ml.g4dn.4xlarge", "ml.g4dn.8xlarge", "ml.g4dn.16xlarge"),
+    "ml.g4dn.12xlarge": 4,
+    **_same(1, "ml.g5.xlarge", "ml.g5.2xlarge", "ml.g5.4xlarge", "ml.g5.8xlarge", "ml.g5.16xlarge"),
+    **_same(4, "ml.g5.12xlarge", "ml.g5.24xlarge"),
+    "ml.g5.48xlarge": 8,
+    **_same(1, "ml.g6.xlarge", "ml.g6.2xlarge", "ml.g6.4xlarge", "ml.g6.8xlarge", "ml.g6.16xlarge"),
+    **_same(4, "ml.g6.12xlarge", "ml.g6.24xlarge"),
+    "ml.g6.48xlarge": 8,
+    **_same(1, "ml.gr6.4xlarge", "ml.gr6.8xlarge"),
+    **_same(1, "ml.g6e.xlarge", "ml.g6e.2xlarge", "ml.g6e.4xlarge", "ml.g6e.8xlarge", "ml.g6e.16xlarge"),
+    **_same(4, "ml.g6e.12xlarge", "ml.g6e.24xlarge"),
+    "ml.g6e.48xlarge": 8,
+    **_same(1, "ml.g7.2xlarge", "ml.g7.4xlarge", "ml.g7.8xlarge"),
+    "ml.g7.12xlarge": 2,
+    "ml.g7.24xlarge": 4,
+    "ml.g7.48xlarge": 8,
+    **_same(1, "ml.g7e.2xlarge", "ml.g7e.4xlarge", "ml.g7e.8xlarge"),
+    "ml.g7e.12xlarge": 2,
+    "ml.g7e.24xlarge": 4,
+    "ml.g7e.48xlarge": 8,
+    **_same(8, "ml.p4d.24xlarge", "ml.p4de.24xlarge"),
+    "ml.p5.4xlarge": 1,
+    **_same(8, "ml.p5.48xlarge", "ml.p5e.48xlarge", "ml.p5en.48xlarge"),
+    "ml.p6e-gb200.36xlarge": 4,
+    **_same(8, "ml.p6-b200.48xlarge", "ml.p6-b300.48xlarge"),
+}
+
+
+def gpu_count(instance_type: str) -> int:
+    """The GPUs a real instance of this type has (0 for CPU-only, Trainium and unknown types)."""
+    return GPUS.get(instance_type, 0)
+
+
 def check_instance_type(name: str) -> None:
     """SpecError unless `name` is in HyperPod's ClusterInstanceType enum."""
     if name not in INSTANCE_TYPES:

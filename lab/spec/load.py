@@ -134,6 +134,17 @@ def with_instance_count(spec: ClusterSpec, group: str, count: int, **kwargs: Any
     return apply_update(spec, {"InstanceGroups": [g]}, **kwargs)
 
 
+def with_users(spec: ClusterSpec, count: int, **kwargs: Any) -> ClusterSpec:
+    """The spec with Lab.Users.Count set to `count` (a Prefix and Password given stay), checked like
+    a new spec (lifecycle folders are not looked at again: `spec` has been checked)."""
+    data = spec.to_dict()
+    lab = dict(data.get("Lab") or {})
+    lab["Users"] = {**(lab.get("Users") or {}), "Count": count}
+    data["Lab"] = lab
+    kwargs.setdefault("check_files", False)
+    return spec_from_request(data, **kwargs)
+
+
 def _validate(
     data: Any,
     *,

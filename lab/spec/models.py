@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import unquote, urlparse
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
-from .rules import DEFAULT_PARTITION, s3_mirror
+from .catalog import gpu_count
+from .rules import DEFAULT_PARTITION, USER_PREFIX, s3_mirror, user_names
 
 SlurmNodeType = Literal["Controller", "Login", "Compute"]
 
@@ -129,10 +130,33 @@ class ClusterOrchestrator(_Shape):
     Slurm: ClusterOrchestratorSlurmConfig
 
 
+class LabUsers(_Shape):
+    """`Lab.Users`: student accounts `<Prefix>01`..`<Prefix>NN` with one shared password (`Users: 20`
+    is short for `Users: {Count: 20}`). No Password: the lab makes one of 4 words (lab/users.py)."""
+
+    Count: int
+    Prefix: str = USER_PREFIX
+    Password: str | None = None
+
+    @property
+    def names(self) -> list[str]:
+        """user01..user20 (3 digits when Count > 99)."""
+        return user_names(self.Prefix, self.Count)
+
+
 class LabConfig(_Shape):
     """The lab-only top-level key `Lab` (not part of HyperPod's API)."""
 
     Box: str | None = None  # the Vagrant box for every VM; None -> the lab's default box
+    Users: LabUsers | None = None  # student accounts
+    Gpus: dict[str, int] | None = None  # Compute group -> emulated GPUs per node (default: the type's real count)
+
+    @field_validator("Users", mode="before")
+    @classmethod
+    def _users_shorthand(cls, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return {"Count": value}
+        return value
 
 
 class ClusterSpec(_Shape):
@@ -180,6 +204,20 @@ class ClusterSpec(_Shape):
     @property
     def box(self) -> str | None:
         return self.Lab.Box if self.Lab else None
+
+    @property
+    def users(self) -> LabUsers | None:
+        """Lab.Users: the student accounts asked for at creation, or None."""
+        return self.Lab.Users if self.Lab else None
+
+    def gpus(self, group: str | ClusterInstanceGroupSpecification) -> int:
+        """Emulated GPUs per node of a group: Lab.Gpus's entry, else the instance type's real count
+        for a Compute group; 0 for Controller and Login groups and for types without GPUs."""
+        g = self.group(group) if isinstance(group, str) else group
+        if g.node_type != "Compute":
+            return 0
+        asked = (self.Lab.Gpus or {}).get(g.InstanceGroupName) if self.Lab else None
+        return asked if asked is not None else gpu_count(g.instance_type)
 
     def group(self, name: str) -> ClusterInstanceGroupSpecification:
         for g in self.InstanceGroups:
@@ -234,3 +272,13 @@ class ClusterSpec(_Shape):
     def to_dict(self) -> dict[str, Any]:
         """Everything, `Lab` included: what `spec_from_request` takes back (e.g. from the store)."""
         return self.model_dump(exclude_none=True)
+
+
+def group_gpus(spec: dict[str, Any], groups: list[tuple[str, str, str]]) -> dict[str, int]:
+    """Emulated GPUs per node of each (name, node type, instance type) group of a stored spec
+    (`ClusterSpec.to_dict()`): `ClusterSpec.gpus`, and for a group gone from the spec (being
+    deleted) the real count of its type when it is a Compute group."""
+    model = ClusterSpec.model_validate(spec)
+    named = {g.InstanceGroupName for g in model.InstanceGroups}
+    return {name: model.gpus(name) if name in named else (gpu_count(itype) if node_type == "Compute" else 0)
+            for name, node_type, itype in groups}

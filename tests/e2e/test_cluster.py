@@ -1,12 +1,16 @@
-"""Issue 3 (and the capacity scenario of issue 4) on real VMs, one shared cluster.
+"""Issues 3, 4 and 11 on real VMs, one shared cluster.
 
-examples/small.yaml: 1 controller + 1 login + 2 compute (768 MiB each). Only one ml.c5.large is
+examples/workshop.yaml: 1 controller (slurmdbd, MariaDB, NFS server; 1 GiB) + 1 login + 2 compute
+(768 MiB each) + 1 node with an emulated GPU (1 GiB), 20 student accounts. Only one ml.c5.large is
 available at first: the cluster goes InService with one compute node, a job runs there, then
-capacity appears, the second node joins by itself (slurm.conf + one scontrol reconfigure) and
-the running job survives the join. Then both nodes are idle, `srun -N2 hostname` covers them,
-a second Ansible run changes nothing, `slurmlab verify` passes and then names the check that fails
-when a node's slurmd is stopped, a scale-out adds a third node and a scale-in removes it while
-the rest keep working, and delete leaves nothing in libvirt.
+capacity appears, the second node joins by itself (slurm.conf + one scontrol reconfigure), the
+running job survives the join and a job submitted during the join is accounted. Then both nodes are
+idle, `srun -N2 hostname` covers them; a student submits from the login node and reads the output
+there (shared /home), sacct shows the job; a GPU job sees CUDA_VISIBLE_DEVICES=0 and a job asking
+for more GPUs than a node has is refused; a job over its --mem ends OUT_OF_MEMORY. A second Ansible
+run changes nothing, `slurmlab verify` passes and then names the check that fails when a node's
+slurmd is stopped, a scale-out adds a third node and a scale-in removes it while the rest keep
+working, and delete leaves nothing in libvirt.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from lab.providers import network
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
-SPEC = REPO / "examples" / "small.yaml"
+SPEC = REPO / "examples" / "workshop.yaml"
 CAPACITY = Path(__file__).parent / "data" / "capacity-one-compute.yaml"
 NAME = "ci"
 
@@ -54,6 +58,25 @@ def on(node: str, command: str) -> str:
     p = sl("ssh", NAME, node, "--", command, check=False, timeout=300)
     assert p.returncode == 0, f"{command!r} on {node} failed: {p.stdout}{p.stderr}"
     return p.stdout
+
+
+def student(command: str, user: str = "user03", node: str = "login") -> str:
+    """`command` as a student account, in a login shell (its home: the shared /home)."""
+    import shlex
+
+    return on(node, f"sudo -iu {user} -- sh -c {shlex.quote(command)}")
+
+
+def job_state(job: str, timeout: float = 120, want=("COMPLETED", "FAILED", "OUT_OF_MEMORY", "CANCELLED", "TIMEOUT")) -> tuple[str, str]:
+    """(State, NodeList) of a job in Slurm accounting, once it reached one of `want`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        rows = on("login", f"sacct -n -X -P -j {job} -o State,NodeList").split()
+        row = rows[0].split("|") if rows else ["", ""]
+        state = row[0].split()[0] if row[0] else ""
+        if state in want or time.monotonic() > deadline:
+            return state, row[1]
+        time.sleep(3)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -86,6 +109,9 @@ def test_bad_spec_creates_nothing(tmp_path):
     assert p.returncode == 2
     assert "ml.c5.lrge" in p.stderr and "ml.c5.large" in p.stderr  # names the field and a close valid type
     assert json.loads(sl("list-clusters", "--output", "json").stdout)["ClusterSummaries"] == []
+    p = sl("create-cluster", "--spec", str(SPEC), "--users", "0", check=False)
+    assert p.returncode == 2 and "Users" in p.stderr, p.stderr
+    assert json.loads(sl("list-clusters", "--output", "json").stdout)["ClusterSummaries"] == []
 
 
 def test_inservice_with_the_compute_node_that_has_capacity():
@@ -105,6 +131,7 @@ def test_inservice_with_the_compute_node_that_has_capacity():
     assert groups["controller"]["CurrentCount"] == 1 and groups["login"]["CurrentCount"] == 1
     assert groups["compute"]["CurrentCount"] == 1 and groups["compute"]["TargetCount"] == 2
     assert groups["compute"]["Status"] == "Degraded"
+    assert groups["gpu"]["CurrentCount"] == 1
     short = [n for n in nodes().values() if n["InstanceStatus"]["Status"] == "Failure"]
     assert len(short) == 1 and "InsufficientCapacity" in short[0]["InstanceStatus"]["Message"]
     print(f"InService with 1 of 2 compute nodes after {time.monotonic() - t0:.0f} s")
@@ -121,6 +148,8 @@ def test_second_node_joins_while_a_job_runs():
         assert time.monotonic() < deadline, "the job never started on the first compute node"
         time.sleep(2)
     sl("capacity", "set", "ml.c5.large", "2")
+    # a student's job submitted while the second node joins (on the first one: it is accounted)
+    during = student("sbatch --parsable -p dev -t 5 --wrap 'sleep 20; hostname'").strip()
     d = json.loads(sl("describe-cluster", NAME, "--wait-for", "FullSize", "--timeout", "1500", "--output", "json").stdout)
     assert d["ClusterStatus"] == "InService"
     assert all(g["CurrentCount"] == g["TargetCount"] for g in d["InstanceGroups"])
@@ -128,6 +157,8 @@ def test_second_node_joins_while_a_job_runs():
     assert on("login", f"squeue -h -j {job} -o '%T %N'").split() == ["RUNNING", first]
     assert nodes()[second]["InstanceStatus"]["Status"] == "Running"
     on("login", f"scancel {job}")
+    assert job_state(during)[0] == "COMPLETED", on("login", f"sacct -j {during} -o JobID,State,NodeList,ExitCode")
+    assert job_state(job)[0] == "CANCELLED"
 
 
 def test_both_compute_nodes_idle_and_srun_covers_them():
@@ -138,12 +169,76 @@ def test_both_compute_nodes_idle_and_srun_covers_them():
         if set(states.values()) == {"idle"} or time.monotonic() > deadline:
             break
         time.sleep(2)
-    assert states == {f"{NAME}-compute-1": "idle", f"{NAME}-compute-2": "idle"}
+    assert states == {f"{NAME}-compute-1": "idle", f"{NAME}-compute-2": "idle"}, states
     out = on("login", "srun -N2 hostname").split()
     assert sorted(out) == [f"{NAME}-compute-1", f"{NAME}-compute-2"]
     # the login node submits but runs no slurmd; the lifecycle script ran
     assert on("login", "systemctl is-active slurmd || true").strip() != "active"
     assert "host=" in on("login", "cat /etc/slurmlab-lifecycle-ran")
+
+
+def test_student_job_output_on_the_login_node():
+    """The first exercise of every Slurm workshop: sbatch from the login node, read slurm-N.out there."""
+    job = student("sbatch --parsable -p dev --wrap 'hostname; id -un'").strip()
+    assert job.isdigit(), job
+    state, where = job_state(job)
+    assert state == "COMPLETED", on("login", f"sacct -j {job} -o JobID,State,NodeList,ExitCode")
+    assert where.startswith(f"{NAME}-compute-")
+    # written on the compute node, read on the login node through the shared /home
+    assert student(f"cat slurm-{job}.out").split() == [where, "user03"]
+    rows = student("sacct -n -X -P -u user03 -o JobID,State,NodeList").split()
+    assert f"{job}|COMPLETED|{where}" in rows, rows
+
+
+def test_student_logs_in_with_the_password_on_the_login_node_only(tmp_path):
+    """The shared password opens the login node (ssh, password authentication) and no other node."""
+    from lab.providers.vagrant import ssh_exe
+    from lab.engine import daemon
+
+    password = json.loads(sl("users", "show", NAME, "--output", "json").stdout)["Password"]
+    askpass = tmp_path / "askpass"
+    askpass.write_text(f"#!/bin/sh\necho '{password}'\n")
+    askpass.chmod(0o700)
+    env = {**os.environ, "SSH_ASKPASS": str(askpass), "SSH_ASKPASS_REQUIRE": "force", "DISPLAY": "none"}
+    addr = {n.name: n.address for n in daemon.store().nodes(NAME)}
+
+    def login(node: str) -> subprocess.CompletedProcess:
+        cmd = [ssh_exe(), "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+               "-o", "PreferredAuthentications=password", "-o", "PubkeyAuthentication=no",
+               "-o", "NumberOfPasswordPrompts=1", "-o", "ConnectTimeout=20", f"user05@{addr[node]}", "id -un; pwd"]
+        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+
+    p = login(f"{NAME}-login-1")
+    assert p.returncode == 0 and p.stdout.split() == ["user05", "/home/user05"], p.stdout + p.stderr
+    p = login(f"{NAME}-compute-1")
+    assert p.returncode != 0 and "Permission denied" in p.stderr, p.stdout + p.stderr
+
+
+def test_gpu_jobs_see_their_gpus():
+    out = student("srun -p gpu --gres=gpu:1 sh -c 'echo CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES'")
+    assert out.strip() == "CUDA_VISIBLE_DEVICES=0", out
+    # more GPUs than any node of the partition has: Slurm refuses the job at submission
+    p = sl("ssh", NAME, "login", "--", "sudo -iu user03 -- srun -p gpu --gres=gpu:2 true", check=False, timeout=300)
+    assert p.returncode != 0 and "Requested node configuration is not available" in (p.stdout + p.stderr), p.stdout + p.stderr
+
+
+def test_job_over_its_memory_ends_out_of_memory():
+    hog = "python3 -c 'import time; x = str(7) * (200 << 20); time.sleep(2)'"  # touches 200 MiB
+    job = student(f'sbatch --parsable -p dev --mem=50M --wrap "{hog}"').strip()
+    assert job_state(job)[0] == "OUT_OF_MEMORY", on("login", f"sacct -j {job} -o JobID,State,ExitCode,MaxRSS")
+    # the node is fine: it takes the next job
+    assert on("login", "srun -p dev -N2 hostname").split()
+
+
+def test_users_add_and_remove_on_the_running_cluster():
+    sl("users", "add", NAME, "guest01")
+    for node in ("controller", "login", f"{NAME}-compute-1", "gpu"):
+        assert on(node, "id -u guest01").strip() == on("controller", "id -u guest01").strip()
+    assert "guest01" in on("login", "sacctmgr -n -P show association format=user").split()
+    assert student("pwd", user="guest01").strip() == "/home/guest01"
+    sl("users", "remove", NAME, "guest01")
+    assert on("login", "getent passwd guest01 || echo gone").strip() == "gone"
+    assert "guest01" not in on("login", "sacctmgr -n -P show association format=user").split()
 
 
 def test_second_ansible_run_changes_nothing():
@@ -154,7 +249,7 @@ def test_second_ansible_run_changes_nothing():
     st = daemon.store()
     conf = daemon.make_configurer("vagrant")
     ctx = conf.context(st.cluster(NAME), st.groups(NAME), st.nodes(NAME))
-    for playbook in ("controller.yml", "nodes.yml", "join.yml"):
+    for playbook in ("controller.yml", "nodes.yml", "join.yml", "users.yml"):
         r = run_playbook(ctx, playbook, workdir=ClusterDir(NAME).root)
         assert r.ok and sum(r.changed.values()) == 0, f"{playbook} changed {r.changed}"
 
@@ -218,9 +313,12 @@ def test_scale_out_then_in():
     assert new in sl("batch-add-cluster-nodes", NAME, "compute").stdout
     sl("describe-cluster", NAME, "--wait-for", "FullSize", "--timeout", "900")
     assert nodes()[new]["InstanceStatus"]["Status"] == "Running"
-    assert sorted(on("login", "srun -N3 hostname").split()) == [f"{NAME}-compute-{i}" for i in (1, 2, 3)]
+    assert sorted(on("login", "srun -p dev -N3 hostname").split()) == [f"{NAME}-compute-{i}" for i in (1, 2, 3)]
     for node in ("controller", "login", f"{NAME}-compute-1"):  # the nodes that were there before it
         assert new in on(node, f"getent hosts {new}"), f"{node} cannot resolve {new}"
+    # the late joiner has the student accounts and the shared /home
+    assert student("hostname > ~/late-joiner.txt; cat ~/late-joiner.txt", node=new).strip() == new
+    assert on(new, "id -u user03").strip() == on("login", "id -u user03").strip()
 
     assert new in sl("batch-delete-cluster-nodes", NAME, new).stdout
     d = json.loads(sl("describe-cluster", NAME, "--wait-for", "FullSize", "--timeout", "600", "--output", "json").stdout)
@@ -233,8 +331,8 @@ def test_scale_out_then_in():
         assert conn.networkLookupByName(network.net_name(NAME)).isActive()
     finally:
         conn.close()
-    assert on("login", "sinfo -h -N -o '%N'").split() == [f"{NAME}-compute-1", f"{NAME}-compute-2"]
-    assert sorted(on("login", "srun -N2 hostname").split()) == [f"{NAME}-compute-1", f"{NAME}-compute-2"]
+    assert on("login", "sinfo -h -N -p dev -o '%N'").split() == [f"{NAME}-compute-1", f"{NAME}-compute-2"]
+    assert sorted(on("login", "srun -p dev -N2 hostname").split()) == [f"{NAME}-compute-1", f"{NAME}-compute-2"]
 
 
 def test_delete_leaves_nothing_in_libvirt():

@@ -47,6 +47,14 @@ LOGIN = """\
 """
 
 
+GPU = """\
+  - InstanceGroupName: gpu
+    InstanceType: ml.g5.12xlarge
+    InstanceCount: 1
+    SlurmConfig: {NodeType: Compute}
+"""
+
+
 @pytest.fixture(autouse=True)
 def lab_home(tmp_path, monkeypatch):
     monkeypatch.setenv("SLURMLAB_HOME", str(tmp_path / "home"))
@@ -173,6 +181,43 @@ CASES = [
      [(10, "InstanceGroups[1].LifeCycleConfig.OnCreate", "outside the SourceS3Uri folder")]),
     ("lifecycle-no-script", edit(("InstanceCount: 2", "InstanceCount: 2\n    LifeCycleConfig: {SourceS3Uri: ./lc}")),
      [(10, "InstanceGroups[1].LifeCycleConfig.OnCreate", "missing", "add OnCreate: on_create.sh")]),
+    # Lab.Users: student accounts
+    ("users-zero", BASE + "Lab:\n  Users: 0\n", [(12, "Lab.Users", "0 is not a user count from 1 to 200")]),
+    ("users-201", BASE + "Lab:\n  Users: {Count: 201}\n", [(12, "Lab.Users.Count", "201 is not a user count from 1 to 200")]),
+    ("users-not-a-count", BASE + "Lab:\n  Users: many\n", [(12, "Lab.Users", "expected a count or a mapping")]),
+    ("users-no-count", BASE + "Lab:\n  Users: {Prefix: student}\n", [(12, "Lab.Users.Count", "missing")]),
+    ("users-unknown-key", BASE + "Lab:\n  Users: {Count: 2, Names: [a]}\n",
+     [(12, "Lab.Users.Names", "unknown field: Users has Count, Prefix, Password")]),
+    ("users-prefix-upper", BASE + "Lab:\n  Users: {Count: 2, Prefix: Student}\n",
+     [(12, "Lab.Users.Prefix", "'Student' is not a valid user name prefix", "use 'student'")]),
+    ("users-prefix-digit", BASE + "Lab:\n  Users: {Count: 2, Prefix: 1st}\n",
+     [(12, "Lab.Users.Prefix", "'1st' is not a valid user name prefix")]),
+    ("users-prefix-reserved", BASE + "Lab:\n  Users: {Count: 2, Prefix: slurm}\n",
+     [(12, "Lab.Users.Prefix", "'slurm' is a system account's name")]),
+    ("users-prefix-systemd", BASE + "Lab:\n  Users: {Count: 2, Prefix: systemd-x}\n",
+     [(12, "Lab.Users.Prefix", "system account")]),
+    ("users-prefix-long", BASE + "Lab:\n  Users: {Count: 100, Prefix: " + "a" * 30 + "}\n",
+     [(12, "Lab.Users.Prefix", f"names like '{'a' * 30}100' would have 33 characters; a user name has at most 32")]),
+    ("users-password-short", BASE + "Lab:\n  Users: {Count: 2, Password: hunter2}\n",
+     [(12, "Lab.Users.Password", "a password of 7 characters is too short (at least 8)")]),
+    ("users-password-colon", BASE + "Lab:\n  Users: {Count: 2, Password: 'abc:defgh'}\n",
+     [(12, "Lab.Users.Password", "cannot contain ':'")]),
+    ("users-password-number", BASE + "Lab:\n  Users: {Count: 2, Password: 123456789}\n",
+     [(12, "Lab.Users.Password", "expected a string", "quote it")]),
+    # Lab.Gpus: emulated GPUs per Compute group
+    ("gpus-cpu-type", BASE + "Lab:\n  Gpus: {compute: 1}\n",
+     [(12, "Lab.Gpus.compute", "ml.c5.large has no GPUs; only GPU instance types (ml.g5.*, ml.p4d.*, ...) can have Gpus")]),
+    ("gpus-unknown-group", BASE + GPU + "Lab:\n  Gpus: {gpus: 1}\n",
+     [(16, "Lab.Gpus.gpus", "no instance group named 'gpus'", "use a Compute group: compute, gpu")]),
+    ("gpus-more-than-real", BASE + GPU + "Lab:\n  Gpus: {gpu: 5}\n",
+     [(16, "Lab.Gpus.gpu", "5 is more than the 4 GPUs of ml.g5.12xlarge", "use 1 to 4")]),
+    ("gpus-zero", BASE + GPU + "Lab:\n  Gpus: {gpu: 0}\n", [(16, "Lab.Gpus.gpu", "0 is not a GPU count from 1 to 4")]),
+    ("gpus-controller", BASE + GPU + "Lab:\n  Gpus: {controller: 1}\n",
+     [(16, "Lab.Gpus.controller", "'controller' is a Controller group; only Compute groups run jobs on GPUs")]),
+    ("gpus-not-a-mapping", BASE + "Lab:\n  Gpus: 2\n", [(12, "Lab.Gpus", "expected a mapping")]),
+    ("lab-all-at-once", BASE + "Lab:\n  Users: {Count: 0, Password: short}\n  Gpus: {compute: 1}\n",
+     [(12, "Lab.Users.Count", "0 is not a user count"), (12, "Lab.Users.Password", "too short"),
+      (13, "Lab.Gpus.compute", "has no GPUs")]),
 ]
 
 
@@ -483,3 +528,56 @@ def test_loads_spec_names_its_source():
     with pytest.raises(SpecInvalid) as ei:
         loads_spec(BASE.replace("ml.c5.large", "ml.c5.lage"), source="inline")
     assert "inline:8: InstanceGroups[1].InstanceType" in ei.value.message
+
+
+# -- the lab's own key: student accounts and emulated GPUs --------------------------------------
+
+def test_lab_users_shorthand_and_names(tmp_path):
+    short = load_spec(write(tmp_path, BASE + "Lab:\n  Users: 20\n"))
+    full = load_spec(write(tmp_path, BASE + "Lab:\n  Users: {Count: 20, Prefix: user}\n"))
+    assert short.users == full.users
+    assert short.users.names[0] == "user01" and short.users.names[-1] == "user20" and len(short.users.names) == 20
+    assert short.users.Password is None
+    big = load_spec(write(tmp_path, BASE + "Lab:\n  Users: {Count: 120, Prefix: stud_, Password: correct-horse}\n"))
+    assert big.users.names[0] == "stud_001" and big.users.names[-1] == "stud_120"
+    assert big.users.Password == "correct-horse"
+    assert spec_from_request(big.to_dict()) == big
+    assert "Lab" not in big.to_request()
+    assert load_spec(write(tmp_path, BASE)).users is None
+
+
+def test_lab_gpus_default_to_the_real_count(tmp_path):
+    spec = load_spec(write(tmp_path, BASE + GPU))
+    assert spec.gpus("gpu") == 4 and spec.gpus("compute") == 0 and spec.gpus("controller") == 0
+    spec = load_spec(write(tmp_path, BASE + GPU + "Lab:\n  Gpus: {gpu: 2}\n"))
+    assert spec.gpus("gpu") == 2
+    assert spec_from_request(spec.to_dict()) == spec
+    # a GPU instance type in a Login group has no GPUs for Slurm
+    login = LOGIN.replace("ml.t3.medium", "ml.g5.xlarge")
+    assert load_spec(write(tmp_path, BASE + login)).gpus("login") == 0
+
+
+def test_with_users_sets_the_count_and_keeps_the_rest(tmp_path):
+    from lab.spec import with_users
+
+    spec = load_spec(write(tmp_path, BASE + "Lab:\n  Users: {Count: 2, Prefix: stu, Password: correct-horse}\n"))
+    more = with_users(spec, 5)
+    assert more.users.names == ["stu01", "stu02", "stu03", "stu04", "stu05"]
+    assert more.users.Password == "correct-horse"
+    assert with_users(load_spec(write(tmp_path, BASE)), 3).users.names == ["user01", "user02", "user03"]
+    for bad in (0, 201):
+        with pytest.raises(SpecInvalid, match=f"Lab.Users.Count: {bad} is not a user count from 1 to 200"):
+            with_users(spec, bad)
+
+
+def test_gpu_table_is_hyperpods_gpu_types():
+    from lab.spec.catalog import GPUS, gpu_count
+
+    assert set(GPUS) <= set(INSTANCE_TYPES), set(GPUS) - set(INSTANCE_TYPES)
+    gpu_families = ("ml.g4dn.", "ml.g5.", "ml.g6.", "ml.gr6.", "ml.g6e.", "ml.g7.", "ml.g7e.", "ml.p")
+    assert {t for t in INSTANCE_TYPES if t.startswith(gpu_families)} == set(GPUS)
+    assert all(1 <= n <= 8 for n in GPUS.values())
+    assert gpu_count("ml.g5.xlarge") == 1 and gpu_count("ml.g5.12xlarge") == 4 and gpu_count("ml.g5.48xlarge") == 8
+    assert gpu_count("ml.g4dn.12xlarge") == 4 and gpu_count("ml.g4dn.16xlarge") == 1
+    assert gpu_count("ml.p4d.24xlarge") == 8 and gpu_count("ml.p5.48xlarge") == 8
+    assert gpu_count("ml.trn1.32xlarge") == 0 and gpu_count("ml.c5.large") == 0 and gpu_count("ml.nope") == 0

@@ -68,9 +68,10 @@ def test_named_cluster_is_checked_on_its_running_nodes_only(lab_home, monkeypatc
 
     inv = _real_cluster(lab_home, running=("demo-controller-1", "demo-login-1", "demo-compute-1"))
     calls = []
-    monkeypatch.setattr(verify, "run", lambda i, j, extra_args=(): calls.append(i) or 0)
+    monkeypatch.setattr(verify, "run", lambda i, j, extra_args=(), ssh_executable=None: calls.append((i, ssh_executable)) or 0)
     res = CliRunner().invoke(app, ["verify", "demo"])
-    assert res.exit_code == 0 and calls == [inv]
+    assert res.exit_code == 0 and [c[0] for c in calls] == [inv]
+    assert calls[0][1] and calls[0][1].endswith("ssh")  # a slurmlab cluster: plain ssh in the lab's namespace
     groups = yaml.safe_load(inv.read_text())["all"]["children"]
     assert {g: sorted(v["hosts"]) for g, v in groups.items()} == {
         "slurm_controller": ["demo-controller-1"], "slurm_login": ["demo-login-1"], "slurm_compute": ["demo-compute-1"]}
@@ -87,7 +88,7 @@ def test_missing_inventory_given_by_path(lab_home, tmp_path):
 def test_exit_code_is_pytests_with_no_tests_an_error(lab_home, monkeypatch, rc, want):
     inv = _real_cluster(lab_home)
     calls = []
-    monkeypatch.setattr(verify, "run", lambda i, j, extra_args=(): calls.append((i, j)) or rc)
+    monkeypatch.setattr(verify, "run", lambda i, j, extra_args=(), ssh_executable=None: calls.append((i, j)) or rc)
     res = CliRunner().invoke(app, ["verify", "demo", "--junit", "out.xml"])
     assert res.exit_code == want
     assert calls[0][0] == inv and calls[0][1].name == "out.xml"
@@ -122,13 +123,30 @@ def test_suite_collects_per_check_and_node(inventory):
         "test_compute_node_state_in_sinfo[c1]", "test_compute_node_in_its_partitions[c2]",
         "test_srun_covers_all_compute_nodes",
         "test_names_resolve[ctl]",
-        "test_ssh_password_login_disabled[login1]",
+        "test_ssh_password_login_only_where_wanted[login1]",
+        "test_nfs_server_exports_shared_folders", "test_shared_folders_mounted[c1]",
+        "test_shared_folders_mounted[login1]", "test_shared_home_round_trip",
+        "test_student_accounts[c2]", "test_slurmdbd_active_on_controller",
+        "test_accounting_reachable_from_login[login1]", "test_gres_on_gpu_nodes[c1]",
+        "test_cgroup_confinement[c2]",
         "test_vagrant_insecure_key_not_authorized[c2]",
         "test_clocks_within_one_second",
     ]:
         assert want in ids, f"{want} not collected:\n{r.stdout}"
     assert "test_slurmctld_not_on_other_nodes[ctl]" not in ids
     assert "test_slurmd_active_on_compute[ctl]" not in ids
+    assert "test_shared_folders_mounted[ctl]" not in ids  # the controller is the NFS server
+
+
+def test_ssh_environment_puts_the_wrapper_first_as_ssh(tmp_path):
+    wrapper = tmp_path / "bin" / "netns-ssh"
+    wrapper.parent.mkdir()
+    wrapper.write_text("#!/bin/sh\n")
+    env = verify.ssh_environment(str(wrapper))
+    first = Path(env["PATH"].split(":")[0])
+    assert (first / "ssh").resolve() == wrapper.resolve()
+    assert env["SLURMLAB_VERIFY_BACKEND"] == "ssh"
+    assert "ControlMaster=auto" in env["ANSIBLE_SSH_EXTRA_ARGS"] and "ControlPath=" in env["ANSIBLE_SSH_EXTRA_ARGS"]
 
 
 def test_suite_without_login_group(tmp_path):

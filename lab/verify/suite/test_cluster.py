@@ -39,6 +39,7 @@ for _k, _v in {
 }.items():
     os.environ.setdefault(_k, _v)
 
+BACKEND_ENV = "SLURMLAB_VERIFY_BACKEND"
 CONTROLLER, LOGIN, COMPUTE = "slurm_controller", "slurm_login", "slurm_compute"
 MUNGE_KEY = "/etc/munge/munge.key"
 # The base64 body of Vagrant's well-known insecure public key (the trailing '==' left off).
@@ -58,7 +59,10 @@ class Cluster:
 
     def __init__(self, inventory: str, pattern: list[str]):
         self.inventory = inventory
-        kw = {"ansible_inventory": inventory, "force_ansible": True}
+        # ansible (default): every command is an Ansible module run; ssh: testinfra runs `ssh` itself
+        # with the inventory's user, key and become (one multiplexed connection per node: ~20x faster
+        # under emulation). `slurmlab verify` chooses ssh for its own clusters (lab/verify/__init__.py).
+        kw = {"ansible_inventory": inventory, "force_ansible": os.environ.get(BACKEND_ENV, "ansible") != "ssh"}
         wanted = {h.backend.host for h in testinfra.get_hosts(pattern, **kw)}
         groups = {}
         for g in (CONTROLLER, LOGIN, COMPUTE):
@@ -97,6 +101,13 @@ class Cluster:
         """Who submits jobs: slurmlab_verify_user, else ansible_user, else vagrant."""
         v = self.vars(name)
         return str(v.get("slurmlab_verify_user") or v.get("ansible_user") or "vagrant")
+
+    def users(self) -> list[dict]:
+        """The student accounts (slurmlab_users: [{name, uid}]), [] when the cluster has none."""
+        return list(self.vars(self.controller).get("slurmlab_users") or [])
+
+    def gpus(self, name: str) -> int:
+        return int(self.vars(name).get("slurmlab_gpus") or 0)
 
     def expected_partitions(self, name: str) -> list[str] | None:
         """slurmlab_partitions; an empty list means the default partition; None: not known."""
@@ -299,10 +310,12 @@ def test_names_resolve(cluster, node):
     assert not unresolved, f"{node} cannot resolve {unresolved}"
 
 
-def test_ssh_password_login_disabled(cluster, node):
+def test_ssh_password_login_only_where_wanted(cluster, node):
+    """Keys only, except on login nodes of a cluster with student accounts (their shared password)."""
+    want = "yes" if node in cluster.login and cluster.users() else "no"
     cfg = cluster.out(node, "/usr/sbin/sshd -T").lower().splitlines()
     values = [line.split(None, 1)[1] for line in cfg if line.startswith("passwordauthentication ")]
-    assert values == ["no"], f"sshd on {node}: passwordauthentication {values or 'not reported'}"
+    assert values == [want], f"sshd on {node}: passwordauthentication {values or 'not reported'}, want {want}"
 
 
 def test_vagrant_insecure_key_not_authorized(cluster, node):
@@ -337,3 +350,113 @@ def test_clocks_within_one_second(cluster):
         if abs(diff) > CLOCK_TOLERANCE + slack:
             bad.append(f"{n} {diff:+.3f}s (allowed {CLOCK_TOLERANCE}s + {slack:.3f}s round trip)")
     assert not bad, f"clocks differ from {ctl}'s: " + "; ".join(bad)
+
+
+# ---------------------------------------------------------------- shared folders (NFS)
+SHARED = ("/home", "/fsx")
+
+
+def test_nfs_server_exports_shared_folders(cluster):
+    ctl = cluster.controller
+    assert active(cluster, ctl, "nfs-server") == "active", f"nfs-server is not active on {ctl}"
+    exported = {line.split()[0] for line in cluster.out(ctl, "exportfs -s").splitlines() if line.strip()}
+    missing = set(SHARED) - exported
+    assert not missing, f"{ctl} does not export {sorted(missing)} (exportfs -s: {sorted(exported)})"
+
+
+def test_shared_folders_mounted(cluster, non_controller):
+    """Each shared folder answers (reading it mounts it) and is an NFS mount of the controller's."""
+    server = cluster.slurm_name(cluster.controller)
+    script = ("for p in " + " ".join(SHARED) + "; do timeout 40 ls \"$p/\" >/dev/null 2>&1 || echo \"$p unreadable\"; "
+              "findmnt -n -o TARGET,FSTYPE,SOURCE --target \"$p/.\" | tail -n 1; done")
+    lines = cluster.out(non_controller, script).splitlines()
+    bad = [line for line in lines if "unreadable" in line]
+    assert not bad, f"{non_controller}: {bad}"
+    mounts = {f[0]: (f[1], f[2]) for f in (line.split() for line in lines) if len(f) == 3}
+    for p in SHARED:
+        fstype, source = mounts.get(p, ("none", "none"))
+        assert fstype.startswith("nfs") and source == f"{server}:{p}", \
+            f"{p} on {non_controller} is {fstype} from {source}, not NFS from {server}:{p}"
+
+
+def test_shared_home_round_trip(cluster):
+    """A file written on a compute node is at once readable on the login node (or the controller)."""
+    users = cluster.users()
+    writer = cluster.compute[0]
+    reader = cluster.login[0] if cluster.login else cluster.controller
+    token = f"slurmlab-verify-{os.getpid()}-{int(time.time())}"
+    if users:
+        user, path = users[0]["name"], f"/home/{users[0]['name']}/.{token}"
+    else:
+        user, path = None, f"/fsx/.{token}"
+    cluster.out(writer, f"echo {token} > {path}", user)
+    try:
+        seen = cluster.out(reader, f"cat {path}", user)
+        assert seen == token, f"{path} written on {writer} reads {seen!r} on {reader}"
+    finally:
+        cluster.run(writer, f"rm -f {path}", user)
+
+
+# ---------------------------------------------------------------- student accounts
+def test_student_accounts(cluster, node):
+    """Every account of slurmlab_users exists with its uid, gid and home on every node."""
+    users = cluster.users()
+    if not users:
+        pytest.skip("the cluster has no student accounts (slurmlab_users is empty)")
+    want = {u["name"]: f"{u['uid']}:{u['uid']}:/home/{u['name']}" for u in users}
+    got = {}
+    for line in cluster.out(node, "getent passwd " + " ".join(want) + " || true").splitlines():
+        f = line.split(":")
+        if len(f) >= 6:
+            got[f[0]] = f"{f[2]}:{f[3]}:{f[5]}"
+    wrong = sorted(f"{n} is {got.get(n, 'missing')}, want {w}" for n, w in want.items() if got.get(n) != w)
+    assert not wrong, f"{node}: " + "; ".join(wrong[:5]) + (f" (+{len(wrong) - 5} more)" if len(wrong) > 5 else "")
+
+
+# ---------------------------------------------------------------- accounting
+def test_slurmdbd_active_on_controller(cluster):
+    ctl = cluster.controller
+    for unit in ("mariadb", "slurmdbd"):
+        assert active(cluster, ctl, unit) == "active", f"{unit} is not active on {ctl}"
+
+
+def test_accounting_reachable_from_login(cluster, login):
+    """As the submit user: the cluster is registered (slurmctld connected: ControlHost set) and
+    sacct answers; with student accounts, each has an association."""
+    user = cluster.user(login)
+    cname = str(cluster.vars(login).get("slurmlab_cluster_name", "")).lower()
+    rows = [r.split("|") for r in cluster.out(login, "sacctmgr -n -P show cluster format=cluster,controlhost", user).splitlines()]
+    hosts = {r[0]: r[1] for r in rows if len(r) == 2}
+    assert cname in hosts, f"cluster {cname} is not registered in slurmdbd (sacctmgr lists {sorted(hosts)})"
+    assert hosts[cname], f"slurmctld of {cname} is not connected to slurmdbd (no ControlHost)"
+    cluster.out(login, "sacct -n -X -S now-1hours -o jobid", user)
+    users = [u["name"] for u in cluster.users()]
+    if users:
+        have = set(cluster.out(login, "sacctmgr -n -P show association format=user", user).split())
+        missing = sorted(set(users) - have)
+        assert not missing, f"no association in Slurm accounting for {missing[:5]}"
+
+
+# ---------------------------------------------------------------- GPUs, cgroups
+def test_gres_on_gpu_nodes(cluster, compute):
+    """A node with emulated GPUs (slurmlab_gpus) has Gres=gpu:N in Slurm and N device files."""
+    n = cluster.gpus(compute)
+    name = cluster.slurm_name(compute)
+    record = cluster.out(cluster.controller, f"scontrol --oneliner show node {shlex.quote(name)}")
+    gres = re.search(r"\bGres=(\S+)", record)
+    gres = gres.group(1) if gres else "(null)"
+    if n == 0:
+        assert "gpu" not in gres, f"{name} has no GPUs in the spec but Slurm shows Gres={gres}"
+        return
+    assert gres == f"gpu:{n}", f"{name}: Slurm shows Gres={gres}, want gpu:{n}"
+    devices = cluster.out(compute, "ls /dev | grep -c '^nvidia[0-9]' || true")
+    assert devices == str(n), f"{compute} has {devices} /dev/nvidiaN device files, want {n}"
+
+
+def test_cgroup_confinement(cluster, compute):
+    assert cluster.out(compute, "stat -f -c %T /sys/fs/cgroup") == "cgroup2fs", f"{compute} does not run cgroup v2"
+    conf = dict(line.split("=", 1) for line in
+                cluster.out(compute, "scontrol show config | sed -n 's/^\\(ProctrackType\\|TaskPlugin\\) *= */\\1=/p'").splitlines()
+                if "=" in line)
+    assert conf.get("ProctrackType") == "proctrack/cgroup", f"ProctrackType is {conf.get('ProctrackType')}"
+    assert "task/cgroup" in conf.get("TaskPlugin", ""), f"TaskPlugin is {conf.get('TaskPlugin')}"
