@@ -61,10 +61,11 @@ def on(node: str, command: str) -> str:
 
 
 def student(command: str, user: str = "user03", node: str = "login") -> str:
-    """`command` as a student account, in a login shell (its home: the shared /home)."""
+    """`command` as a student account, in its home (the shared /home). Not `sudo -i`: it escapes
+    the command for the login shell, and `$(...)` then reaches sh broken."""
     import shlex
 
-    return on(node, f"sudo -iu {user} -- sh -c {shlex.quote(command)}")
+    return on(node, f"sudo -u {user} -H -- sh -c {shlex.quote('cd && ' + command)}")
 
 
 def job_state(job: str, timeout: float = 120, want=("COMPLETED", "FAILED", "OUT_OF_MEMORY", "CANCELLED", "TIMEOUT")) -> tuple[str, str]:
@@ -218,7 +219,7 @@ def test_gpu_jobs_see_their_gpus():
     out = student("srun -p gpu --gres=gpu:1 sh -c 'echo CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES'")
     assert out.strip() == "CUDA_VISIBLE_DEVICES=0", out
     # more GPUs than any node of the partition has: Slurm refuses the job at submission
-    p = sl("ssh", NAME, "login", "--", "sudo -iu user03 -- srun -p gpu --gres=gpu:2 true", check=False, timeout=300)
+    p = sl("ssh", NAME, "login", "--", "sudo -u user03 -H -- srun -p gpu --gres=gpu:2 true", check=False, timeout=300)
     assert p.returncode != 0 and "Requested node configuration is not available" in (p.stdout + p.stderr), p.stdout + p.stderr
 
 
