@@ -33,7 +33,7 @@ pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
 SPEC = REPO / "examples" / "workshop.yaml"
 CAPACITY = Path(__file__).parent / "data" / "capacity-one-compute.yaml"
-NAME = "ci"
+NAME = "class"  # examples/workshop.yaml's ClusterName
 
 
 def sl(*args, check=True, timeout=2400) -> subprocess.CompletedProcess:
