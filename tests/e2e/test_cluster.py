@@ -72,9 +72,9 @@ def job_state(job: str, timeout: float = 120, want=("COMPLETED", "FAILED", "OUT_
     """(State, NodeList) of a job in Slurm accounting, once it reached one of `want`."""
     deadline = time.monotonic() + timeout
     while True:
-        rows = on("login", f"sacct -n -X -P -j {job} -o State,NodeList").split()
+        rows = [r for r in on("login", f"sacct -n -X -P -j {job} -o State,NodeList").splitlines() if "|" in r]
         row = rows[0].split("|") if rows else ["", ""]
-        state = row[0].split()[0] if row[0] else ""
+        state = row[0].split()[0] if row[0].strip() else ""  # "CANCELLED by 1000" -> CANCELLED
         if state in want or time.monotonic() > deadline:
             return state, row[1]
         time.sleep(3)
@@ -187,7 +187,7 @@ def test_student_job_output_on_the_login_node():
     assert where.startswith(f"{NAME}-compute-")
     # written on the compute node, read on the login node through the shared /home
     assert student(f"cat slurm-{job}.out").split() == [where, "user03"]
-    rows = student("sacct -n -X -P -u user03 -o JobID,State,NodeList").split()
+    rows = student("sacct -n -X -P -u user03 -o JobID,State,NodeList").splitlines()
     assert f"{job}|COMPLETED|{where}" in rows, rows
 
 
