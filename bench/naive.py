@@ -219,7 +219,7 @@ def teardown(prov, name: str, names: list[str], up_done: threading.Event | None,
 def run(spec_path: Path) -> dict:
     """Build the spec the naive way, measure, remove it. Raises NaiveFailed (or the step's own
     error) after the teardown when a step fails."""
-    from lab.capacity import host_memory_available_mib
+    from lab.osutil import meminfo_mib
     from lab.configure.ansible import AnsibleConfigurer
     from lab.configure.runner import run_playbook
     from lab.host import kvm, libvirtd
@@ -259,7 +259,7 @@ def run(spec_path: Path) -> dict:
             network.add_host(name, m.mac, m.name, m.address)
         ssh_exe()  # the netns wrapper in $SLURMLAB_HOME/bin, written once before the probe threads run it
         need = sum(m.memory_mib for m in machines) + prov.HOST_RESERVE_MIB
-        free = host_memory_available_mib()
+        free = meminfo_mib()
         if free < need:
             say(f"warning: {free} MiB free, the VMs take {need - prov.HOST_RESERVE_MIB} MiB "
                 f"(+{prov.HOST_RESERVE_MIB} kept for the host); going on, as the engine's per-VM check would")

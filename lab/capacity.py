@@ -205,10 +205,3 @@ def load(path: str | Path) -> CapacityFile:
         raise UsageError(f"cannot read capacity file {p}: {e.strerror}", "give the path of a YAML file") from e
     return parse(text, str(p))
 
-
-def host_memory_available_mib() -> int:
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) // 1024
-    return 0

@@ -705,7 +705,8 @@ def _verify_inventory(name: str):
 
     from lab.configure import inventory as inv_mod
     from lab.engine import clusters, daemon
-    from lab.workspace import ClusterDir, atomic_write
+    from lab.osutil import atomic_write
+    from lab.workspace import ClusterDir
 
     st = _store()
     c = clusters.get(st, name)

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from lab import paths
+from lab.osutil import meminfo_mib
 
 BLOCKING = "blocking"
 WARNING = "warning"
@@ -133,11 +134,7 @@ def _box() -> tuple[bool, str]:
 
 
 def _memory() -> tuple[bool, str]:
-    avail = 0
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemAvailable:"):
-                avail = int(line.split()[1]) // 1024
+    avail = meminfo_mib("MemAvailable")
     return avail >= 3072, f"{avail} MiB available (a 4-node lab needs about 3 GiB)"
 
 

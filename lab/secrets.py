@@ -5,21 +5,26 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from lab.osutil import atomic_write
+
 
 def _write_secret(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
+    atomic_write(path, data, 0o600)
 
 
 def ensure_ssh_key(private: Path, comment: str) -> str:
-    """Create an ed25519 key pair if absent; return the public key line."""
+    """Create an ed25519 key pair if absent; return the public key line.
+
+    Crash-safe: each file is written atomically, and the public key is derived again from
+    the private one whenever it is missing (a crash between the two writes), so a key pair
+    is never half made and a private key is never replaced."""
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     public = private.with_suffix(".pub")
-    if not private.exists():
+    if private.exists():
+        key = serialization.load_ssh_private_key(private.read_bytes(), password=None)
+    else:
         key = Ed25519PrivateKey.generate()
         _write_secret(
             private,
@@ -27,9 +32,11 @@ def ensure_ssh_key(private: Path, comment: str) -> str:
                 serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
             ),
         )
-        pub = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
-        public.write_bytes(pub + f" {comment}\n".encode())
+        public.unlink(missing_ok=True)
     os.chmod(private, 0o600)
+    if not public.exists():
+        pub = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+        atomic_write(public, pub + f" {comment}\n".encode(), 0o644)
     return public.read_text().strip()
 
 
@@ -79,14 +86,5 @@ def qemu_readable_copy(src: Path, dest: Path) -> Path:
     os.chmod(dest.parent, 0o700)
     if os.geteuid() == 0:
         os.chown(dest.parent, uid, gid)
-    tmp = dest.with_name(f".{dest.name}.tmp")
-    tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    if os.geteuid() == 0:
-        os.chown(tmp, uid, gid)
-    os.replace(tmp, dest)
+    atomic_write(dest, data, 0o400, owner=(uid, gid) if os.geteuid() == 0 else None)
     return dest

@@ -23,7 +23,8 @@ from filelock import FileLock
 from lab.errors import LabError, NotFound, UsageError
 from lab.spec.rules import USERS_MAX, user_name_problem
 from lab.wordlist import passphrase
-from lab.workspace import ClusterDir, atomic_write
+from lab.osutil import atomic_write
+from lab.workspace import ClusterDir
 
 ACCOUNT = "workshop"  # the Slurm account every student is in
 FIRST_UID = 5001

@@ -27,6 +27,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from lab.errors import CommandFailed, HostError
+from lab.osutil import atomic_write, kill_group, now_z
 from lab.paths import cache
 
 from . import recipe as rc
@@ -141,18 +142,6 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def _kill_group(proc: subprocess.Popen, grace: float = 20.0) -> None:
-    """SIGTERM the child's process group (mmdebstrap cleans up on TERM), then SIGKILL."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-
-
 def run(
     cmd: list[str],
     *,
@@ -192,7 +181,7 @@ def run(
                 on_line(line.rstrip("\n"))
         code = proc.wait()
     except BaseException:
-        _kill_group(proc)
+        kill_group(proc.pid, grace=20.0, wait=proc)
         raise
     out = "".join(lines)
     if check and code != 0:
@@ -304,15 +293,7 @@ def _stop_orphans(work: Path, progress: Progress, grace: float = 60.0) -> None:
     if not ours:
         return
     progress(f"stopping {len(members)} processes left running by a killed build")
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(sid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while _session_members(sid) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(sid, signal.SIGKILL)
-    while _session_members(sid) and time.monotonic() < deadline + 10:
-        time.sleep(0.2)
+    kill_group(sid, grace=grace, alive=lambda: bool(_session_members(sid)))
 
 
 def cleanup_stale(progress: Progress) -> None:
@@ -377,17 +358,6 @@ class Clock:
     def __call__(self, step: str, detail: str = "") -> None:
         t = time.monotonic() - self.t0
         self.progress(f"[{t:6.1f}s] {step}" + (f": {detail}" if detail else ""))
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 @contextlib.contextmanager
@@ -533,7 +503,7 @@ def build_image(name: str, h: str, recipe: rc.Recipe, script_text: str, say: Clo
         raw.unlink()
 
         say("package", "metadata.json, Vagrantfile, slurmlab.json, tar")
-        built_at = _now()
+        built_at = now_z()
         marker = rc.render_marker(
             name=name,
             inputs_hash=h,
@@ -553,7 +523,7 @@ def build_image(name: str, h: str, recipe: rc.Recipe, script_text: str, say: Clo
         with open(out, "rb") as f:
             os.fsync(f.fileno())
         final.parent.mkdir(parents=True, exist_ok=True)
-        _write_atomic(final.parent / rc.MARKER_FILENAME, marker)
+        atomic_write(final.parent / rc.MARKER_FILENAME, marker)
         os.replace(out, final)  # the commit point
         size_mb = final.stat().st_size / 1e6
         say("package", f"{final} ({size_mb:.0f} MB)")

@@ -15,7 +15,7 @@ import yaml
 
 from lab import paths
 from lab.configure import inventory as inv
-from lab.workspace import atomic_write
+from lab.osutil import atomic_write
 
 log = logging.getLogger(__name__)
 _seq = 0

@@ -20,7 +20,8 @@ from lab.host import kvm, libvirtd, mode
 from lab.providers import network, priority
 from lab.providers.base import ClusterNet, LaunchError, MachineSpec, Observed, mac_for
 from lab.providers.vagrantfile import render
-from lab.workspace import ClusterDir, atomic_write
+from lab.osutil import atomic_write, kill_group
+from lab.workspace import ClusterDir
 
 log = logging.getLogger(__name__)
 
@@ -184,10 +185,10 @@ class VagrantProvider:
 
     def ensure(self, cluster: str, machine: MachineSpec) -> Observed:
         """Start the VM (create it if missing) and wait until it answers SSH."""
-        from lab.capacity import host_memory_available_mib
+        from lab.osutil import meminfo_mib
 
         if machine.name not in self.observe(cluster):
-            free = host_memory_available_mib()
+            free = meminfo_mib()
             if free - machine.memory_mib < self.HOST_RESERVE_MIB:
                 raise LaunchError(f"InsufficientCapacity: the host has {free} MiB free; {machine.name} needs "
                                   f"{machine.memory_mib} MiB plus {self.HOST_RESERVE_MIB} MiB kept for the host")
@@ -297,19 +298,7 @@ def wait_or_ready(proc, timeout: float, ready: Callable[[], bool] | None, poll: 
 
 def _end_group(proc) -> None:
     """SIGTERM a vagrant process group we started; SIGKILL it if it lingers."""
-    import signal
-    import subprocess
-
-    for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
-        try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            return
-        try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    kill_group(proc.pid, grace=20.0, wait=proc)
 
 
 def _cluster_of(dom) -> str | None:
