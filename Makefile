@@ -3,9 +3,10 @@
 VENV   ?= .venv
 SL      = $(VENV)/bin/slurmlab
 PYTEST  = $(VENV)/bin/pytest
+PYTHON  = $(VENV)/bin/python
 SPEC   ?= examples/cluster.yaml
 
-.PHONY: setup host box up down test unit e2e bench clean
+.PHONY: setup host box up down test unit lint golden e2e bench clean
 
 setup:            ## Debian packages + virtualenv (idempotent)
 	bash scripts/host-setup.sh
@@ -22,13 +23,20 @@ up: box           ## the main job: build the example cluster, run a job, show ho
 down:             ## delete the example cluster
 	$(SL) delete-cluster demo
 
-unit: setup       ## fast tests, no VMs
+lint: setup       ## ansible-lint (production profile, offline) + yamllint on the roles and playbooks
+	$(VENV)/bin/yamllint --strict roles playbooks
+	$(VENV)/bin/ansible-lint --offline --profile production playbooks roles
+
+golden: setup     ## regenerate tests/unit/data/*.golden (tests only compare); review git diff after
+	$(PYTHON) -m tests.unit.golden
+
+unit: lint        ## fast tests, no VMs
 	$(PYTEST) -q tests/unit
 
 e2e: box          ## real VMs only
 	$(PYTEST) -v -m e2e tests
 
-test: box         ## every test: unit + real VMs
+test: box lint    ## every test: lint + unit + real VMs
 	mkdir -p artifacts
 	$(PYTEST) -v --junitxml=artifacts/junit.xml tests
 

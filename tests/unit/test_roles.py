@@ -3,8 +3,8 @@
 Templates are rendered by ansible-core itself (a local play that includes the
 real role tasks), so the role defaults, Ansible's filters and its Jinja2
 settings are the ones the guests get. One ansible-playbook run serves every
-rendering test (about two seconds). Regenerate the golden file with
-SLURMLAB_UPDATE_GOLDEN=1 and review the diff.
+rendering test (about two seconds). The tests only compare with the golden
+file: regenerate it with `make golden` (tests/unit/golden.py) and review the diff.
 """
 
 import getpass
@@ -18,10 +18,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.unit import golden
+
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parent / "data"
 INVENTORY = DATA / "inventory.yml"
-GOLDEN = DATA / "slurm.conf.golden"
 PLAYBOOKS = ["controller.yml", "nodes.yml", "join.yml", "leave.yml", "lifecycle.yml", "site.yml", "users.yml"]
 ROLES = ["common", "munge", "slurm_controller", "slurm_node", "nfs_server", "nfs_client", "accounting", "users"]
 
@@ -79,8 +80,8 @@ def _ansible_tool(name):
     if local.exists():
         return str(local)
     found = shutil.which(name)
-    if not found:
-        pytest.skip(f"{name} is not installed (pip install 'ansible-core>=2.19,<2.20')")
+    # ansible-core is a dependency of slurmlab: a missing tool is a broken set-up, not a skip
+    assert found, f"{name} is not installed: make setup (ansible-core is in pyproject.toml)"
     return found
 
 
@@ -99,9 +100,8 @@ def _env(tmp):
     return env
 
 
-@pytest.fixture(scope="module")
-def rendered(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("roles")
+def render_templates(tmp):
+    """Run RENDER_PLAY in the folder tmp; returns the folder of the rendered files."""
     out = tmp / "out"
     for sub in ("sample", "empty", "leaving", "override"):
         (out / sub).mkdir(parents=True)
@@ -120,6 +120,11 @@ def rendered(tmp_path_factory):
     proc = subprocess.run(cmd, cwd=tmp, env=_env(tmp), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return out
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory):
+    return render_templates(tmp_path_factory.mktemp("roles"))
 
 
 def _lines(text, prefix):
@@ -156,11 +161,7 @@ def test_handlers_in_execution_order():
 
 
 def test_slurm_conf_matches_golden(rendered):
-    text = (rendered / "sample" / "slurm.conf").read_text()
-    if os.environ.get("SLURMLAB_UPDATE_GOLDEN"):
-        GOLDEN.write_text(text)
-    assert GOLDEN.exists(), "golden file missing: regenerate it with SLURMLAB_UPDATE_GOLDEN=1 and review the diff"
-    assert text == GOLDEN.read_text()
+    golden.assert_matches("slurm.conf.golden", (rendered / "sample" / "slurm.conf").read_text())
 
 
 def test_slurm_conf_nodes_and_partitions(rendered):

@@ -1,159 +1,100 @@
-"""The playbooks end to end against fake guests: no VMs, real ansible-core.
+"""The failure paths of the playbooks, run by the real ansible-core on this machine.
 
-Each inventory host gets a private mount and UTS namespace on this machine
-(overlays over /etc, /var/lib and /opt, a tmpfs /run) and is reached through
-a python wrapper that enters it, so the hosts do not see each other's files.
-systemctl, scontrol, sinfo, squeue and journalctl are fakes that share one
-JSON state (units per host, the configuration slurmctld has loaded, drained
-nodes, jobs). What this proves: the playbooks run (templating, conditionals,
-handlers, delegation), a second run reports changed=0, a join or a leave does
-one `scontrol reconfigure`, and the failure paths name the problem. What it
-cannot prove: anything about real Slurm, munge or systemd.
+What tests/e2e/test_cluster.py cannot show on real VMs without breaking a cluster on purpose:
+that a failed join, a drain that times out, a slurmctld that does not serve its nodes and a
+failing OnCreate script stop the run with a message that names the problem (the node, the
+state seen, the jobs, the daemon's journal, the script's output). Also leave.yml's controller
+play: one `scontrol reconfigure`, the node gone from slurm.conf, nothing changed on a rerun.
 
-Opt-in (about two minutes on 2 cores): set SLURMLAB_FAKE_GUESTS=1. Needs
-root, unshare/nsenter and overlayfs (as on slurmlab's dev machines and CI);
-skips otherwise.
+Every host of the sample inventory is this machine (`ansible_connection=local`), every file the
+roles write is redirected into a temporary folder through role variables, and systemctl,
+scontrol, sinfo, squeue, journalctl and findmnt are fakes on PATH that share one JSON state. No
+root, no VMs; a few seconds per playbook. What it cannot prove: anything about real Slurm,
+systemd or NFS (the e2e suite runs every playbook on real VMs, a second run with changed=0).
 """
 
+import getpass
+import grp
 import json
 import os
 import re
-import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
-INVENTORY = Path(__file__).parent / "data" / "inventory.yml"
+from tests.unit.test_roles import INVENTORY, ROOT, _ansible_tool, _env
 
-FAKE = r'''#!/usr/bin/python3
-"""Fake systemctl/scontrol/sinfo/squeue/journalctl for test_roles_fake_guest."""
-import fcntl, json, os, re, sys
+FAKE = r'''#!PYTHON
+"""Fake systemctl/scontrol/sinfo/squeue/journalctl/findmnt for test_roles_fake_guest."""
+import json, os, re, sys
 
-STATE = os.environ["FAKE_GUEST_STATE"]
-UNITS = ("munge", "slurmctld", "slurmd", "sackd", "ssh")
-
-
-def host():
-    with open("/etc/fake-guest-host") as f:
-        return f.read().strip()
+STATE = os.environ["FAKE_STATE"]
+prog = os.path.basename(sys.argv[0])
+args = sys.argv[1:]
+with open(STATE) as f:
+    s = json.load(f)
+s["calls"].append(" ".join([prog] + args))
 
 
-def loaded(s):
+def loaded():
     return re.findall(r"(?m)^NodeName=(\S+)", s["loaded"])
 
 
-def main(s):
-    prog = os.path.basename(sys.argv[0])
-    if prog not in ("scontrol", "sinfo", "squeue", "journalctl"):
-        prog = "systemctl"
-    args = [a.strip("'") for a in sys.argv[1:]]
-    s["calls"].append(prog + " " + " ".join(args))
-    me = host()
-    units = s["units"].setdefault(me, {u: {"enabled": u == "ssh", "active": u == "ssh"} for u in UNITS})
-    ctl = s["units"].get(s["controller"], {}).get("slurmctld", {})
+def main():
     if prog == "systemctl":
-        wanted = [a.split("=", 1)[1] for a in args if a.startswith("--property=")]
-        now = "--now" in args  # enable --now / disable --now
-        args = [a for a in args if a not in ("--no-pager", "--plain", "--all", "-l", "--now")
-                and not a.startswith("--property=")]
         cmd, unit = (args + ["", ""])[:2]
-        unit = unit.replace(".service", "")
-        u = units.get(unit)
-        if cmd == "show":  # several units: one block each, separated by an empty line
-            for i, name in enumerate(a.replace(".service", "") for a in args[1:]):
-                v = units.get(name)
-                props = {"Id": f"{name}.service", "LoadState": "loaded" if v else "not-found",
-                         "ActiveState": "active" if v and v["active"] else "inactive",
-                         "SubState": "running" if v and v["active"] else "dead"}
-                if v:
-                    props["UnitFileState"] = "enabled" if v["enabled"] else "disabled"
-                if i:
-                    print()
-                for k in wanted or props:  # systemctl show --property=A --property=B prints A then B
-                    if k in props:
-                        print(f"{k}={props[k]}")
-            return 0
-        if cmd == "is-enabled":
-            print("enabled" if u and u["enabled"] else "disabled")
-            return 0 if u and u["enabled"] else 1
+        u = s["units"].setdefault(unit, {"enabled": False, "active": False})
         if cmd == "is-active":
-            print("active" if u and u["active"] else "inactive")
-            return 0 if u and u["active"] else 3
-        if cmd == "list-units":
-            for name, v in units.items():
-                print(f"{name}.service loaded {'active running' if v['active'] else 'inactive dead'} {name}")
-            return 0
-        if cmd == "list-unit-files":
-            for name, v in units.items():
-                print(f"{name}.service {'enabled' if v['enabled'] else 'disabled'} enabled")
-            return 0
-        if cmd == "daemon-reload":
-            return 0
-        if not u:
-            print(f"Unit {unit}.service not found.", file=sys.stderr)
-            return 5
-        if cmd in ("start", "restart"):
-            if unit == "slurmd" and me in s["fail_slurmd"]:
-                print("Job for slurmd.service failed", file=sys.stderr)
-                return 1
+            print("active" if u["active"] else "inactive")
+            return 0 if u["active"] else 3
+        if cmd == "is-enabled":
+            print("enabled" if u["enabled"] else "disabled")
+            return 0 if u["enabled"] else 1
+        if cmd == "enable":
+            u["enabled"] = True
+        elif cmd in ("start", "restart"):
             u["active"] = True
-            if unit == "slurmctld":
-                s["loaded"] = open("/etc/slurm/slurm.conf").read()
-            if unit == "munge" and cmd == "restart":
-                s["munge_restarts"] += 1
-        elif cmd == "stop":
-            u["active"] = False
-        elif cmd in ("enable", "disable"):
-            u["enabled"] = cmd == "enable"
-            if now:
-                u["active"] = cmd == "enable"
-                if unit == "slurmctld" and u["active"]:
-                    s["loaded"] = open("/etc/slurm/slurm.conf").read()
-        else:
-            return 1
         return 0
     if prog == "journalctl":
-        print("fake journal: slurmd: error: fake failure")
+        unit = args[args.index("--unit") + 1]
+        print(f"fake journal of {unit}: error: fake failure")
+        print(f"fake journal of {unit}: lines asked: {args[args.index('--lines') + 1]}")
         return 0
-    if not ctl.get("active"):
-        print("Unable to contact slurm controller (connect failure)", file=sys.stderr)
-        return 1
+    if prog == "findmnt":
+        print("nfs4")
+        return 0
     if prog == "scontrol":
-        args = [a for a in args if a not in ("--oneliner", "-o")]
-        if args == ["reconfigure"]:
-            s["loaded"] = open("/etc/slurm/slurm.conf").read()
+        a = [x for x in args if x not in ("--oneliner", "-o")]
+        if a == ["reconfigure"]:
             s["reconfigures"] += 1
+            if not s["stale"]:
+                with open(os.path.join(os.environ["FAKE_CONF_DIR"], "slurm.conf")) as f:
+                    s["loaded"] = f.read()
             return 0
-        if args == ["ping"]:
-            print(f"Slurmctld(primary) at {s['controller']} is UP")
+        if a[:2] == ["show", "nodes"]:
+            for n in loaded():
+                print(f"NodeName={n} Arch=x86_64 State=IDLE Reason=none")
             return 0
-        names = loaded(s)
-        if args[:2] == ["show", "nodes"] or args[:2] == ["show", "node"]:
-            wanted = names if args[1] == "nodes" else [args[2]]
-            if args[1] == "node" and args[2] not in names:
-                print(f"Node {args[2]} not found")
+        if a[:2] == ["show", "node"]:
+            if a[2] not in loaded():
+                print(f"Node {a[2]} not found")
                 return 1
-            if not wanted:
-                print("No nodes in the system")
-            for n in wanted:
-                state = "IDLE+DRAIN" if n in s["drained"] else "IDLE"
-                print(f"NodeName={n} Arch=x86_64 CoresPerSocket=1 State={state} Reason=none")
+            state = "IDLE+DRAIN" if a[2] in s["drained"] else "IDLE"
+            if a[2] in s["unresponsive"]:
+                state = "DOWN+NOT_RESPONDING"
+            print(f"NodeName={a[2]} Arch=x86_64 State={state} Reason=Not responding [slurm@now]")
             return 0
-        if args[:1] == ["update"]:
-            s["drained"].append(args[1].split("=", 1)[1])
+        if a[:1] == ["update"]:
+            s["drained"].append(a[1].split("=", 1)[1])
             return 0
         return 1
     if prog == "sinfo":
         n = args[args.index("--nodes") + 1]
-        if n in loaded(s):
-            up = s["units"].get(n, {}).get("slurmd", {}).get("active") and n not in s["unresponsive"]
-            print("idle\nidle" if up else "unknown*")
+        if n in loaded():
+            print("unknown*" if n in s["unresponsive"] else "idle")
         return 0
     if prog == "squeue":
         for job in s["jobs"]:
@@ -162,127 +103,51 @@ def main(s):
     return 1
 
 
-with open(STATE + ".lock", "w") as lock:
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    with open(STATE) as f:
-        state = json.load(f)
-    rc = main(state)
-    with open(STATE, "w") as f:
-        json.dump(state, f)
+rc = main()
+with open(STATE, "w") as f:
+    json.dump(s, f)
 sys.exit(rc)
 '''
 
-HOLDER = r'''
-set -e
-for d in etc opt; do
-  mount -t overlay overlay -o lowerdir=/$d,upperdir=$H/$d/up,workdir=$H/$d/work /$d
-done
-mount -t overlay overlay -o lowerdir=/var/lib,upperdir=$H/var/up,workdir=$H/var/work /var/lib
-mount -t tmpfs tmpfs /run
-mkdir -p /run/systemd/system /etc/munge /etc/slurm /var/lib/slurm/slurmctld
-mount --bind $FAKE /usr/bin/systemctl
-for u in munge slurm vagrant; do id $u >/dev/null 2>&1 || useradd -r -M -s /bin/sh $u; done
-echo $NAME > /etc/fake-guest-host
-hostname debian
-echo ready > $H/ready
-exec sleep 100000
-'''
+NODES = {n["name"]: n for n in yaml.safe_load(INVENTORY.read_text())["all"]["vars"]["slurmlab_slurm_nodes"]}
 
 
-def _can_run():
-    if os.environ.get("SLURMLAB_FAKE_GUESTS") != "1":
-        return "opt-in: set SLURMLAB_FAKE_GUESTS=1 (about two minutes)"
-    if os.geteuid() != 0:
-        return "needs root (mount namespaces and overlayfs)"
-    for tool in ("unshare", "nsenter", "useradd", "/usr/bin/python3", "/usr/bin/systemctl"):
-        if not shutil.which(tool) and not Path(tool).exists():
-            return f"{tool} not found"
-    probe = subprocess.run(
-        ["unshare", "--mount", "--uts", "--fork", "sh", "-c",
-         "d=$(mktemp -d) && mkdir $d/u $d/w && mount -t overlay overlay "
-         "-o lowerdir=/etc,upperdir=$d/u,workdir=$d/w /etc; r=$?; rm -rf $d; exit $r"],
-        capture_output=True, text=True)
-    if probe.returncode != 0:
-        return "cannot mount an overlay in a private mount namespace: " + probe.stderr.strip()
-    return None
-
-
-def _ansible_playbook():
-    local = Path(sys.executable).parent / "ansible-playbook"
-    return str(local) if local.exists() else shutil.which("ansible-playbook")
-
-
-class Guests:
-    """Fake guests, one namespace per inventory host, and a way to run playbooks on them."""
+class Lab:
+    """The sample inventory's hosts, all on this machine, with fake Slurm and systemd commands."""
 
     def __init__(self, tmp):
         self.tmp = tmp
-        self.state = tmp / "state.json"
         self.bin = tmp / "bin"
-        self.bin.mkdir()
+        self.conf = tmp / "etc-slurm"
+        self.state = tmp / "state.json"
+        for d in (self.bin, self.conf, tmp / "home", tmp / "fsx", tmp / "lifecycle"):
+            d.mkdir()
         fake = self.bin / "fake"
-        fake.write_text(FAKE)
+        fake.write_text(FAKE.replace("PYTHON", sys.executable, 1))
         fake.chmod(0o755)
-        for name in ("scontrol", "sinfo", "squeue", "journalctl"):
+        for name in ("systemctl", "scontrol", "sinfo", "squeue", "journalctl", "findmnt"):
             (self.bin / name).symlink_to(fake)
-        inv = yaml.safe_load(INVENTORY.read_text())
-        controller = next(iter(inv["all"]["children"]["slurm_controller"]["hosts"]))
-        self.hosts = [h for group in inv["all"]["children"].values() for h in group["hosts"]]
-        self.write_state(units={}, controller=controller, loaded="", reconfigures=0, munge_restarts=0,
-                         drained=[], jobs=[], fail_slurmd=[], unresponsive=[], calls=[])
-        self.holders = []
-        self.targets = {}
-        for name in self.hosts:
-            h = tmp / "hosts" / name
-            for d in ("etc", "var", "opt"):
-                (h / d / "up").mkdir(parents=True)
-                (h / d / "work").mkdir(parents=True)
-            env = dict(os.environ, H=str(h), FAKE=str(fake), NAME=name)
-            proc = subprocess.Popen(["unshare", "--mount", "--uts", "--propagation", "private", "--fork",
-                                     "sh", "-c", HOLDER], env=env, start_new_session=True)
-            self.holders.append(proc)
-            for _ in range(100):
-                if (h / "ready").exists():
-                    break
-                time.sleep(0.05)
-            else:
-                raise RuntimeError(f"fake guest {name} did not start")
-            pid = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
-            target = pid[0] if pid else str(proc.pid)
-            self.targets[name] = target
-            wrapper = self.bin / f"python-{name}"
-            wrapper.write_text(f"#!/bin/sh\nexec nsenter --target {target} --mount --uts /usr/bin/python3 \"$@\"\n")
-            wrapper.chmod(0o755)
-        inv["all"]["vars"].update(
-            ansible_connection="local", ansible_become=False,
-            slurmlab_munge_key_src=str(tmp / "munge.key"), slurmlab_lifecycle_dir=str(tmp / "lifecycle"),
-            slurm_node_client_user="root", slurm_node_join_delay=1, slurm_controller_ready_delay=1,
-        )
-        for group in inv["all"]["children"].values():
-            for name, hostvars in group["hosts"].items():
-                hostvars["ansible_python_interpreter"] = str(self.bin / f"python-{name}")
-        self.inventory = tmp / "inventory.yml"
-        self.inventory.write_text(yaml.safe_dump(inv, sort_keys=False))
-        key = tmp / "munge.key"
-        key.write_bytes(os.urandom(1024))
-        key.chmod(0o600)
-        (tmp / "lifecycle").mkdir()
+        self.write_state(units={}, loaded="", reconfigures=0, drained=[], jobs=[], unresponsive=[], stale=False,
+                         calls=[])
+        for host in ("demo-controller-1", "demo-login-1", "demo-compute-1", "demo-compute-2", "demo-gpu-1"):
+            (tmp / f"hosts-{host}").write_text("127.0.0.1 localhost\n")
         (tmp / "lifecycle" / "on_create.sh").write_text(
-            'echo "$SLURMLAB_NODE_NAME $SLURMLAB_NODE_TYPE $SLURMLAB_CLUSTER" > /var/lib/on-create.out\n'
-            '[ ! -e /etc/fail-on-create ] || { echo "boom"; exit 3; }\n')
-
-    def close(self):
-        for proc in self.holders:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
-
-    def sh(self, host, command):
-        """Run a shell command inside a fake guest."""
-        subprocess.run(["nsenter", "--target", self.targets[host], "--mount", "--uts", "sh", "-c", command],
-                       check=True)
+            'echo "$SLURMLAB_NODE_NAME $SLURMLAB_NODE_TYPE $SLURMLAB_CLUSTER" > on-create.out\n'
+            '[ ! -e "$FAIL_ON_CREATE" ] || { echo "boom"; exit 3; }\n')
+        # every path the roles write, in tmp; the connection is local, as this user
+        self.vars = {
+            "ansible_connection": "local", "ansible_become": False, "ansible_python_interpreter": sys.executable,
+            "common_hosts_file": str(tmp / "hosts-") + "{{ inventory_hostname }}",
+            "slurm_controller_conf_dir": str(self.conf),
+            "slurm_controller_conf_owner": getpass.getuser(),
+            "slurm_controller_conf_group": grp.getgrgid(os.getgid()).gr_name,
+            "slurm_controller_ready_delay": 1, "slurm_controller_drain_delay": 1,
+            "nfs_client_mounts": [str(tmp / "home"), str(tmp / "fsx")], "nfs_client_wait_delay": 1,
+            "slurm_node_join_delay": 1, "slurm_node_client_check": False,
+            "slurmlab_lifecycle_dir": str(tmp / "lifecycle"),
+            "slurmlab_lifecycle_dest": str(tmp / "lifecycle-dest"),
+            "slurmlab_lifecycle_marker": str(tmp / "lifecycle-on-create.done"),
+        }
 
     def read_state(self):
         return json.loads(self.state.read_text())
@@ -292,43 +157,30 @@ class Guests:
         state.update(changes)
         self.state.write_text(json.dumps(state))
 
-    def path(self, host, path):
-        """A file as the fake guest sees it (its overlay's upper layer)."""
-        top, rest = path.strip("/").split("/", 1)
-        layer = {"etc": "etc", "opt": "opt", "var": "var"}[top]
-        if top == "var":
-            rest = rest.split("/", 1)[1]  # var/lib/...
-        return self.tmp / "hosts" / host / layer / "up" / rest
+    def serve(self, *names):
+        """slurmctld runs with a slurm.conf that lists these nodes (controller.yml ran before)."""
+        text = "".join(f"NodeName={n} CPUs=1 RealMemory=400\n" for n in names)
+        self.write_state(loaded=text)
 
-    def run(self, playbook, *args, extra=None, expect_rc=0):
-        cmd = [_ansible_playbook(), "-i", str(self.inventory), str(ROOT / "playbooks" / playbook), *args]
-        if extra is not None:
-            extra_file = self.tmp / "extra.json"
-            extra_file.write_text(json.dumps(extra))
-            cmd += ["-e", f"@{extra_file}"]
-        env = dict(os.environ, PATH=f"{self.bin}:{os.environ['PATH']}", FAKE_GUEST_STATE=str(self.state),
-                   ANSIBLE_ROLES_PATH=str(ROOT / "roles"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORKS="10", ANSIBLE_PIPELINING="True",
-                   ANSIBLE_HOME=str(self.tmp / "ansible-home"), ANSIBLE_LOCAL_TEMP=str(self.tmp / "ansible-local"),
-                   ANSIBLE_REMOTE_TMP=str(self.tmp / "ansible-remote"), ANSIBLE_RETRY_FILES_ENABLED="False")
-        env.pop("ANSIBLE_CONFIG", None)
+    def run(self, playbook, limit, expect_rc=0, **extra):
+        extra_file = self.tmp / "extra.json"
+        extra_file.write_text(json.dumps({**self.vars, **extra}))
+        cmd = [_ansible_tool("ansible-playbook"), "-i", str(INVENTORY), str(ROOT / "playbooks" / playbook),
+               "--limit", limit, "-e", f"@{extra_file}"]
+        env = _env(self.tmp)
+        env.update(PATH=f"{self.bin}:{env['PATH']}", FAKE_STATE=str(self.state), FAKE_CONF_DIR=str(self.conf),
+                   FAIL_ON_CREATE=str(self.tmp / "fail-on-create"), ANSIBLE_FORKS="5")
         proc = subprocess.run(cmd, cwd=self.tmp, env=env, capture_output=True, text=True, timeout=300)
         out = proc.stdout + proc.stderr
-        assert proc.returncode == expect_rc, out
+        assert proc.returncode == expect_rc, out[-6000:]
         recap = {m.group(1): {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
                  for m in re.finditer(r"(?m)^(\S+)\s+:\s+(ok=.*)$", out)}
-        return recap, out
+        return recap, " ".join(out.split())  # one line: messages are folded
 
 
-@pytest.fixture(scope="module")
-def guests(tmp_path_factory):
-    why = _can_run()
-    if why:
-        pytest.skip(why)
-    if not _ansible_playbook():
-        pytest.skip("ansible-playbook is not installed")
-    g = Guests(tmp_path_factory.mktemp("guests"))
-    yield g
-    g.close()
+@pytest.fixture
+def lab(tmp_path):
+    return Lab(tmp_path)
 
 
 def _changed(recap):
@@ -336,126 +188,77 @@ def _changed(recap):
 
 
 def _nodes(*names):
-    inv = yaml.safe_load(INVENTORY.read_text())
-    by_name = {n["name"]: n for n in inv["all"]["vars"]["slurmlab_slurm_nodes"]}
-    return {"slurmlab_slurm_nodes": [by_name[n] for n in names]}
+    return [NODES[n] for n in names]
 
 
-# The steps build on each other, in file order (pytest keeps it).
-
-def test_controller_first_run_and_rerun(guests):
-    recap, out = guests.run("controller.yml", extra=_nodes())
-    assert recap["demo-controller-1"]["failed"] == 0
-    state = guests.read_state()
-    assert state["units"]["demo-controller-1"]["slurmctld"] == {"enabled": True, "active": True}
-    assert state["units"]["demo-controller-1"]["munge"] == {"enabled": True, "active": True}
-    assert state["reconfigures"] == 0, "the first start is a plain start"
-    key = guests.path("demo-controller-1", "/etc/munge/munge.key")
-    assert key.read_bytes() == (guests.tmp / "munge.key").read_bytes()
-    assert oct(key.stat().st_mode & 0o777) == "0o400"
-    assert "# BEGIN slurmlab cluster demo" in guests.path("demo-controller-1", "/etc/hosts").read_text()
-    assert guests.path("demo-controller-1", "/etc/hostname").read_text() == "demo-controller-1\n"
-    assert "NodeName=" not in guests.path("demo-controller-1", "/etc/slurm/slurm.conf").read_text()
-    recap, out = guests.run("controller.yml", extra=_nodes())
-    assert _changed(recap) == {}, out
-
-
-def test_nodes_prepare_without_starting_slurmd(guests):
-    recap, out = guests.run("nodes.yml", extra=_nodes())
-    assert set(recap) == {"demo-login-1", "demo-compute-1", "demo-compute-2", "demo-gpu-1"}
-    units = guests.read_state()["units"]
-    assert units["demo-login-1"]["sackd"] == {"enabled": True, "active": True}
-    assert not units["demo-compute-1"]["slurmd"]["active"]
-    assert 'SLURMD_OPTIONS="--conf-server demo-controller-1"' in \
-        guests.path("demo-compute-1", "/etc/default/slurmd").read_text()
-    assert 'SACKD_OPTIONS="--conf-server demo-controller-1"' in \
-        guests.path("demo-login-1", "/etc/default/sackd").read_text()
-    recap, out = guests.run("nodes.yml", extra=_nodes())
-    assert _changed(recap) == {}, out
-
-
-def test_join_a_batch_reconfigures_once(guests):
-    extra = _nodes("demo-compute-1", "demo-compute-2")
-    recap, out = guests.run("join.yml", "--limit", "demo-controller-1,demo-compute-1,demo-compute-2", extra=extra)
-    state = guests.read_state()
-    assert state["reconfigures"] == 1
-    assert state["units"]["demo-compute-1"]["slurmd"] == {"enabled": True, "active": True}
-    assert re.findall(r"(?m)^NodeName=(\S+)", state["loaded"]) == ["demo-compute-1", "demo-compute-2"]
-    recap, out = guests.run("join.yml", "--limit", "demo-controller-1,demo-compute-1,demo-compute-2", extra=extra)
-    assert _changed(recap) == {}, out
-    assert guests.read_state()["reconfigures"] == 1
-
-
-def test_join_failure_names_node_and_journal(guests):
-    guests.write_state(unresponsive=["demo-gpu-1"])
-    extra = dict(_nodes("demo-compute-1", "demo-compute-2", "demo-gpu-1"), slurm_node_join_timeout=2)
-    recap, out = guests.run("join.yml", "--limit", "demo-controller-1,demo-gpu-1", extra=extra, expect_rc=2)
-    assert "Node demo-gpu-1 did not join within 2 s" in out
-    assert "'unknown*'" in out and "fake failure" in out
-    guests.write_state(unresponsive=[])
-    recap, out = guests.run("join.yml", "--limit", "demo-controller-1,demo-gpu-1", extra=extra)
-    assert _changed(recap) == {}, "slurm.conf was already rendered by the failed run"
-
-
-def test_leave_drains_stops_and_removes(guests):
+def test_join_reconfigures_once_and_a_failed_join_names_node_state_and_journal(lab):
+    lab.serve("demo-compute-1", "demo-compute-2")
+    lab.write_state(unresponsive=["demo-gpu-1"])
     nodes = _nodes("demo-compute-1", "demo-compute-2", "demo-gpu-1")
-    guests.write_state(jobs=["42 vagrant RUNNING demo-gpu-1"])
-    extra = dict(nodes, slurmlab_leaving=["demo-gpu-1"], slurmlab_drain_timeout=1)
-    recap, out = guests.run("leave.yml", "--limit", "demo-controller-1,demo-gpu-1", extra=extra, expect_rc=2)
-    assert "Jobs still run on demo-gpu-1" in out and "42 vagrant RUNNING" in out
-    guests.write_state(jobs=[])
-    before = guests.read_state()["reconfigures"]
-    recap, out = guests.run("leave.yml", "--limit", "demo-controller-1,demo-gpu-1", extra=extra)
-    state = guests.read_state()
+    recap, out = lab.run("join.yml", "demo-controller-1,demo-gpu-1", expect_rc=2,
+                         slurmlab_slurm_nodes=nodes, slurm_node_join_timeout=2)
+    assert lab.read_state()["reconfigures"] == 1, "one reconfigure for the batch"
+    assert "NodeName=demo-gpu-1" in (lab.conf / "slurm.conf").read_text()
+    assert recap["demo-controller-1"]["failed"] == 0 and recap["demo-gpu-1"]["failed"] == 1, out
+    assert "Node demo-gpu-1 did not join within 2 s: sinfo on demo-controller-1 shows state 'unknown*'" in out
+    assert "Controller record: State=DOWN+NOT_RESPONDING Reason=Not responding [slurm@now]." in out
+    # role common's tasks/journal.yml, with slurm_node_journal_lines
+    assert ("Last lines of slurmd's journal on demo-gpu-1: fake journal of slurmd: error: fake failure"
+            " | fake journal of slurmd: lines asked: 30") in out
+    assert "journalctl --unit slurmd --lines 30 --no-pager --output cat" in lab.read_state()["calls"]
+
+    lab.write_state(unresponsive=[])
+    recap, out = lab.run("join.yml", "demo-controller-1,demo-gpu-1", slurmlab_slurm_nodes=nodes)
+    assert lab.read_state()["reconfigures"] == 1, "slurm.conf was rendered by the failed run: no second reconfigure"
+    assert _changed(recap) == {}, out
+
+
+def test_a_controller_that_does_not_serve_the_new_nodes_is_named_with_its_journal(lab):
+    lab.serve("demo-compute-1")
+    lab.write_state(stale=True)  # reconfigure "succeeds" but slurmctld keeps the old node set
+    recap, out = lab.run("join.yml", "demo-controller-1", expect_rc=2,
+                         slurmlab_slurm_nodes=_nodes("demo-compute-1", "demo-compute-2"), slurm_controller_ready_timeout=2)
+    assert ("slurmctld on demo-controller-1 did not serve the expected nodes within 2 s."
+            " Expected: demo-compute-1, demo-compute-2. Seen: demo-compute-1.") in out
+    assert ("Last lines of slurmctld's journal: fake journal of slurmctld: error: fake failure"
+            " | fake journal of slurmctld: lines asked: 30") in out
+
+
+def test_leave_names_the_jobs_then_reconfigures_once(lab):
+    nodes = _nodes("demo-compute-1", "demo-compute-2", "demo-gpu-1")
+    lab.serve("demo-compute-1", "demo-compute-2", "demo-gpu-1")
+    lab.write_state(jobs=["42 vagrant RUNNING demo-gpu-1"])
+    # the leaving node is away (only the controller in --limit): its stop play has no host
+    leave = dict(slurmlab_slurm_nodes=nodes, slurmlab_leaving=["demo-gpu-1"], slurmlab_drain_timeout=1)
+    recap, out = lab.run("leave.yml", "demo-controller-1", expect_rc=2, **leave)
+    assert "Jobs still run on demo-gpu-1 after 1 s of draining: 42 vagrant RUNNING demo-gpu-1." in out
+    assert "slurmlab_drain_force: true" in out
+    assert lab.read_state()["reconfigures"] == 0 and not (lab.conf / "slurm.conf").exists()
+
+    lab.write_state(jobs=[])
+    recap, out = lab.run("leave.yml", "demo-controller-1", **leave)
+    state = lab.read_state()
     assert state["drained"] == ["demo-gpu-1"], "drained once, not again on the second try"
-    assert state["units"]["demo-gpu-1"]["slurmd"] == {"enabled": False, "active": False}
-    assert state["reconfigures"] == before + 1
-    assert "demo-gpu-1" not in state["loaded"]
-    recap, out = guests.run("leave.yml", "--limit", "demo-controller-1,demo-gpu-1", extra=extra)
+    assert state["reconfigures"] == 1
+    assert re.findall(r"(?m)^NodeName=(\S+)", state["loaded"]) == ["demo-compute-1", "demo-compute-2"]
+    # the controller play runs slurm_controller's tasks/join.yml only (no probe, no start, no validate)
+    assert not any(c.startswith("systemctl") for c in state["calls"]), state["calls"]
+
+    recap, out = lab.run("leave.yml", "demo-controller-1", **leave)
     assert _changed(recap) == {}, out
+    assert lab.read_state()["reconfigures"] == 1
 
 
-def test_lifecycle_runs_once_and_reports_failure(guests):
-    recap, out = guests.run("lifecycle.yml", "--limit", "demo-compute-1")
-    assert guests.path("demo-compute-1", "/var/lib/on-create.out").read_text() == "demo-compute-1 Compute demo\n"
-    assert guests.path("demo-compute-1", "/var/lib/slurmlab/lifecycle-on-create.done").exists()
-    recap, out = guests.run("lifecycle.yml", "--limit", "demo-compute-1")
-    assert _changed(recap) == {}, out
-    guests.sh("demo-compute-2", "touch /etc/fail-on-create")
-    recap, out = guests.run("lifecycle.yml", "--limit", "demo-compute-2", expect_rc=2)
-    assert "on_create.sh failed on demo-compute-2 (exit 3)" in out and "boom" in out
-    assert not guests.path("demo-compute-2", "/var/lib/slurmlab/lifecycle-on-create.done").exists()
+def test_on_create_runs_once_and_a_failure_names_script_exit_and_output(lab):
+    (lab.tmp / "fail-on-create").touch()
+    recap, out = lab.run("lifecycle.yml", "demo-compute-2", expect_rc=2)
+    assert "on_create.sh failed on demo-compute-2 (exit 3). Last lines of its output: boom" in out
+    assert not (lab.tmp / "lifecycle-on-create.done").exists()
 
-
-@pytest.fixture
-def fresh_guests(tmp_path):
-    why = _can_run()
-    if why:
-        pytest.skip(why)
-    if not _ansible_playbook():
-        pytest.skip("ansible-playbook is not installed")
-    g = Guests(tmp_path)
-    yield g
-    g.close()
-
-
-def test_site_builds_the_whole_cluster_in_one_run(fresh_guests):
-    """site.yml (the naive baseline of bench/cluster_timeline.py): every play of the engine in one run,
-    slurm.conf listing every compute node from the start, so the join needs no reconfigure."""
-    guests = fresh_guests
-    recap, out = guests.run("site.yml")
-    assert set(recap) == set(guests.hosts) and not any(s["failed"] or s["unreachable"] for s in recap.values()), out
-    state = guests.read_state()
-    assert state["units"]["demo-controller-1"]["slurmctld"] == {"enabled": True, "active": True}
-    assert state["units"]["demo-login-1"]["sackd"] == {"enabled": True, "active": True}
-    for node in ("demo-compute-1", "demo-compute-2", "demo-gpu-1"):
-        assert state["units"][node]["slurmd"] == {"enabled": True, "active": True}, node
-    assert re.findall(r"(?m)^NodeName=(\S+)", state["loaded"]) == ["demo-compute-1", "demo-compute-2", "demo-gpu-1"]
-    assert state["reconfigures"] == 0, "slurmctld started with the full node set"
-    for host in guests.hosts:  # each node's OnCreate ran once, as itself
-        assert guests.path(host, "/var/lib/on-create.out").read_text().startswith(f"{host} "), host
-    # the controller's OnCreate ran before any login or compute node was configured (the engine's order)
-    plays = re.findall(r"(?m)^PLAY \[(.+?)\]", out)
-    assert plays.index("Run the OnCreate lifecycle script") < plays.index("Configure login and compute nodes")
-    recap, out = guests.run("site.yml")
+    (lab.tmp / "fail-on-create").unlink()
+    recap, out = lab.run("lifecycle.yml", "demo-compute-2")
+    assert (lab.tmp / "lifecycle-dest" / "on-create.out").read_text() == "demo-compute-2 Compute demo\n"
+    assert (lab.tmp / "lifecycle-on-create.done").read_text() == "on_create.sh\n"
+    assert recap["demo-compute-2"]["changed"] == 1
+    recap, out = lab.run("lifecycle.yml", "demo-compute-2")
     assert _changed(recap) == {}, out

@@ -26,11 +26,10 @@ def _render(**over):
 
 
 def test_vagrantfile_matches_golden():
-    text = _render()
-    if os.environ.get("SLURMLAB_UPDATE_GOLDEN"):
-        GOLDEN.write_text(text)
-    assert GOLDEN.exists(), "golden file missing: regenerate it with SLURMLAB_UPDATE_GOLDEN=1 and review the diff"
-    assert text == GOLDEN.read_text()
+    # only compares; `make golden` regenerates it (tests/unit/golden.py)
+    from tests.unit import golden
+
+    golden.assert_matches("Vagrantfile.golden", _render())
 
 
 def test_nodes_sorted_and_never_the_insecure_key():
