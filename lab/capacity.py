@@ -29,6 +29,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from lab.errors import SpecError
 from lab.spec import yamlsrc
 from lab.spec.catalog import check_instance_type
 from lab.spec.problems import Problem, SpecInvalid
@@ -221,9 +222,9 @@ def parse(text: str, source: str = "<capacity>") -> CapacityFile:
         for t in list(types):
             try:
                 check_instance_type(str(t))
-            except Exception as e:  # noqa: BLE001 - any catalog complaint is this field's problem
+            except SpecError as e:
                 loc = ("instance_types", t)
-                problems.append(Problem(loc, str(getattr(e, "message", e)).splitlines()[0], None, doc.line_of(loc)))
+                problems.append(Problem(loc, e.message.splitlines()[0], None, doc.line_of(loc)))
                 data = {**data, "instance_types": {k: v for k, v in types.items() if k != t}}
                 types = data["instance_types"]
     try:
