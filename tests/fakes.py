@@ -1,23 +1,31 @@
-"""Test doubles: a provider and a configurer that record calls and can be told to fail."""
+"""Test doubles: a provider and a configurer that record calls and can be told to fail. Both
+implement the whole contract (lab.providers.base.Provider, lab.configure.base.Configurer) with
+blocking methods: the engine runs them in threads, as it runs Vagrant and Ansible."""
 
 from __future__ import annotations
 
 import threading
 
+from lab.configure.base import Configurer, ConfigureError
 from lab.configure.inventory import ClusterContext
-from lab.providers.base import LaunchError, Observed
+from lab.providers.base import LaunchError, Observed, Provider
 
 
-class FakeProvider:
+class FakeProvider(Provider):
     name = "fake"
     id_prefix = "i-fake"
 
     def __init__(self):
         self.vms: dict[str, dict[str, str]] = {}
-        self.fail_launch: dict[str, int] = {}  # node -> how many more launches fail
+        self.fail_launch: dict[str, int] = {}  # node -> how many more launches fail (transient)
+        self.fail_for_good: dict[str, str] = {}  # node -> the permanent failure every launch raises
         self.launched: list[str] = []
+        self.rebooted: list[str] = []
         self.removed: list[str] = []
         self.lock = threading.Lock()
+
+    def preflight(self):
+        return []
 
     def allocate(self, cluster, name, used, preferred_index=0):
         i = 10
@@ -31,11 +39,21 @@ class FakeProvider:
     def ensure(self, cluster, machine):
         with self.lock:
             self.launched.append(machine.name)
+            if machine.name in self.fail_for_good:
+                raise LaunchError(self.fail_for_good[machine.name], transient=False)
             if self.fail_launch.get(machine.name, 0) > 0:
                 self.fail_launch[machine.name] -= 1
                 raise LaunchError(f"{machine.name}: injected launch failure")
             self.vms.setdefault(cluster, {})[machine.name] = "running"
         return Observed(machine.name, "running", machine.address)
+
+    def reboot(self, cluster, name):
+        with self.lock:
+            self.rebooted.append(name)
+            if name not in self.vms.get(cluster, {}):
+                raise LaunchError(f"{name}: no VM to reboot")
+            self.vms[cluster][name] = "running"
+        return Observed(name, "running")
 
     def observe(self, cluster):
         return {n: Observed(n, s) for n, s in self.vms.get(cluster, {}).items()}
@@ -49,8 +67,11 @@ class FakeProvider:
         self.vms.pop(cluster, None)
         return []
 
+    def collect_logs(self, cluster, dest):
+        return []
 
-class FakeConfigurer:
+
+class FakeConfigurer(Configurer):
     def __init__(self):
         self.calls: list[tuple] = []
         self.fail_configure: dict[str, int] = {}
@@ -62,7 +83,7 @@ class FakeConfigurer:
         self.calls.append(("configure", node, node_type))
         if self.fail_configure.get(node, 0) > 0:
             self.fail_configure[node] -= 1
-            raise RuntimeError(f"nodes.yml failed: {node}: task 'munge key' failed: no such file")
+            raise ConfigureError(f"nodes.yml failed: {node}: task 'munge key' failed: no such file")
 
     def join(self, ctx, batch):
         self.calls.append(("join", tuple(batch)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lab import users
+from lab.configure.base import Configurer
 from lab.configure.inventory import ClusterContext
 from lab.configure.runner import PlaybookResult, run_playbook
 from lab.spec import group_gpus
@@ -12,7 +13,7 @@ from lab.store.db import ClusterRow, GroupRow, NodeRow
 from lab.workspace import ClusterDir
 
 
-class AnsibleConfigurer:
+class AnsibleConfigurer(Configurer):
     """controller.yml -> nodes.yml -> join.yml (batch) ; leave.yml. controller.yml and nodes.yml end with
     lifecycle.yml (the OnCreate script)."""
 

@@ -15,6 +15,7 @@ import yaml
 
 from lab import paths
 from lab.configure import inventory as inv
+from lab.configure.base import ConfigureError
 from lab.osutil import atomic_write
 
 log = logging.getLogger(__name__)
@@ -32,10 +33,10 @@ class PlaybookResult:
     warnings: list[str] = field(default_factory=list)  # "host: text" from tasks that say "slurmlab warning: ..."
 
 
-class PlaybookFailed(Exception):
+class PlaybookFailed(ConfigureError):
     def __init__(self, result: PlaybookResult):
         hosts = ", ".join(f"{h}: {m}" for h, m in sorted(result.failures.items())) or "no host named"
-        super().__init__(f"{result.playbook} failed: {hosts}")
+        super().__init__(f"{result.playbook} failed: {hosts}", result.failures)
         self.result = result
 
 

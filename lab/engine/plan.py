@@ -5,7 +5,8 @@ plans again (level-triggered). One pass is linear in the number of nodes.
 
 Node phases (internal) and their HyperPod status:
   planned, launching, booted, configuring, configured, joining, rebooting -> Pending
-  running -> Running;  failed (retried at retry_at), lost (not replaced: NodeRecovery None) -> Failure
+  running -> Running;  failed (retried at retry_at; never by itself when retry_at is NO_RETRY: a
+  permanent launch failure), lost (not replaced: NodeRecovery None) -> Failure
   removing, replacing -> ShuttingDown
 
 A phase found with no task in flight (the engine was killed, or just started) is resumed: launching
@@ -30,6 +31,10 @@ from lab.store.db import ClusterRow, GroupRow, NodeRow
 PENDING = {"planned", "launching", "booted", "configuring", "configured", "joining", "rebooting"}
 VM_UP_PHASES = {"booted", "configuring", "configured", "joining", "running"}
 LEGACY_ATTEMPTS = 3
+# retry_at of a node whose launch failed permanently (lab.providers.base.LaunchError, transient=False):
+# it stays Failure until BatchReplaceClusterNodes / BatchRebootClusterNodes / BatchDeleteClusterNodes;
+# in legacy mode its group cannot reach its count, so the create or update rolls back at once.
+NO_RETRY = -1.0
 
 # The join batching window: configured compute nodes wait for the ones still configuring, so that
 # nodes finishing a few seconds apart share one join (one `scontrol reconfigure`). A batch joins
@@ -86,6 +91,11 @@ def is_continuous(cluster: ClusterRow) -> bool:
 
 def node_recovery(cluster: ClusterRow) -> str:
     return (cluster.spec or {}).get("NodeRecovery") or "Automatic"
+
+
+def failed_for_good(n: NodeRow) -> bool:
+    """A permanent failure: the planner does not retry it."""
+    return n.phase == "failed" and n.retry_at == NO_RETRY
 
 
 def leaving(n: NodeRow) -> bool:
@@ -185,7 +195,7 @@ def plan(
             g = gmap.get(n.grp)
             if g is None or g.status == "Deleting" or leaving(n):
                 continue
-            if (n.phase == "failed" and n.attempts >= max_attempts) or n.phase == "lost":
+            if (n.phase == "failed" and n.attempts >= max_attempts) or n.phase == "lost" or failed_for_good(n):
                 why = n.message or n.phase
                 p.actions = [Action("rollback", node=n.name, group=n.grp,
                                     reason=f"instance group {n.grp} could not reach {g.target_count} "
@@ -275,6 +285,8 @@ def plan(
         elif n.phase == "launching":
             if may_launch:  # resumed: it already holds its instance
                 p.actions.append(Action("launch", node=n.name, group=n.grp))
+        elif failed_for_good(n):
+            continue  # Failure with its reason until someone replaces, reboots or deletes it
         elif n.phase == "failed" and n.retry_at <= now:
             if state == "running" and n.booted_at:
                 if may_configure:

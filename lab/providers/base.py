@@ -1,11 +1,30 @@
-"""The narrow provider interface: preflight, observe, ensure, remove, collect_logs."""
+"""The whole provider contract: every method the engine calls on a provider, and the error taxonomy.
+
+Sync vs async, one rule: each operation is a plain blocking method (`ensure`, `observe`, ...) that a
+CLI, a script or a test may call directly, and has a coroutine twin (`ensure_async`, ...) that is the
+only form the engine awaits. The twins' default runs the blocking method in a worker thread
+(`in_thread`, which counts the threads still running per cluster: a thread cannot be cancelled, so
+a delete waits for them). A provider whose work never blocks (the sim provider, under virtual time)
+overrides the twins with real coroutines. `allocate` has no twin: the engine calls it on its loop,
+so it must be quick.
+
+Errors: `LaunchError(transient=True)` (capacity short, a libvirt/vagrant hiccup) is retried with
+backoff; `LaunchError(transient=False)` (a missing box, a bad Vagrantfile) makes the node a Failure
+with its reason and is not retried until someone replaces or deletes the node. Any other exception
+counts as transient.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import threading
+from abc import ABC, abstractmethod
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -40,12 +59,17 @@ class ClusterNet:
 
 
 class LaunchError(Exception):
-    """A VM could not be started. `transient` errors are retried with backoff."""
+    """A VM could not be started. `transient` errors are retried with backoff; permanent ones
+    (`transient=False`) leave the node a Failure with this message, not retried."""
 
     def __init__(self, message: str, *, transient: bool = True, log_path: Path | None = None):
         super().__init__(message)
         self.transient = transient
         self.log_path = log_path
+
+    @property
+    def permanent(self) -> bool:
+        return not self.transient
 
 
 def mac_for(cluster: str, node: str) -> str:
@@ -54,17 +78,98 @@ def mac_for(cluster: str, node: str) -> str:
     return "52:54:00:%02x:%02x:%02x" % (h[0], h[1], h[2])
 
 
-class Provider(Protocol):
-    name: str
+# ---------------------------------------------------------------- blocking calls in threads
+_threads: Counter = Counter()  # cluster -> blocking provider/configurer calls running in threads
+_threads_lock = threading.Lock()
 
-    def preflight(self) -> list[str]: ...
 
-    def observe(self, cluster: str) -> dict[str, Observed]: ...
+async def in_thread(cluster: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """fn(*args) in a worker thread, counted for `cluster` until the thread itself ends."""
+    with _threads_lock:
+        _threads[cluster] += 1
 
-    def ensure(self, cluster: str, machine: MachineSpec) -> Observed: ...
+    def run():
+        try:
+            return fn(*args)
+        finally:
+            with _threads_lock:
+                _threads[cluster] -= 1
 
-    def remove(self, cluster: str, names: list[str]) -> None: ...
+    return await asyncio.to_thread(run)
 
-    def delete_cluster(self, cluster: str) -> None: ...
 
-    def collect_logs(self, cluster: str, dest: Path) -> list[Path]: ...
+def threads_running(cluster: str) -> int:
+    """Blocking calls for the cluster still running in threads (cancelling their awaiter does not end them)."""
+    with _threads_lock:
+        return _threads.get(cluster, 0)
+
+
+class Provider(ABC):
+    """Creates, observes and removes a cluster's VMs. `name` is what ClusterRow.provider says;
+    `id_prefix` starts the instance ids of its nodes."""
+
+    name: str = "provider"
+    id_prefix: str = "i-"
+
+    # ---------------------------------------------------------------- blocking methods
+    @abstractmethod
+    def preflight(self) -> list[str]:
+        """What is missing on this host to use the provider (empty: ready)."""
+
+    @abstractmethod
+    def allocate(self, cluster: str, name: str, used: set[str], preferred_index: int = 0) -> tuple[str, str]:
+        """(address, MAC) for a new node, not among `used`. Called on the engine's loop: quick."""
+
+    @abstractmethod
+    def prepare(self, cluster: str, machines: list[MachineSpec], preferred_index: int = 0,
+                box: str | None = None) -> Any:
+        """Make the cluster's folder/network know every machine (idempotent)."""
+
+    @abstractmethod
+    def observe(self, cluster: str) -> dict[str, Observed]:
+        """Every VM of the cluster the hypervisor shows, by name."""
+
+    @abstractmethod
+    def ensure(self, cluster: str, machine: MachineSpec) -> Observed:
+        """Start the VM (create it if missing); return when it answers. Raises LaunchError."""
+
+    @abstractmethod
+    def reboot(self, cluster: str, name: str) -> Observed:
+        """Restart the VM (start it if it is shut off); return when it answers again. Raises LaunchError."""
+
+    @abstractmethod
+    def remove(self, cluster: str, names: list[str]) -> None:
+        """The VMs gone (absent ones are fine)."""
+
+    @abstractmethod
+    def delete_cluster(self, cluster: str) -> list[str]:
+        """Every VM, volume and network of the cluster gone; what was removed, for humans."""
+
+    @abstractmethod
+    def collect_logs(self, cluster: str, dest: Path) -> list[Path]:
+        """Copy the cluster's provider logs into `dest`."""
+
+    # ---------------------------------------------------------------- what the engine awaits
+    async def prepare_async(self, cluster: str, machines: list[MachineSpec], preferred_index: int = 0,
+                            box: str | None = None) -> Any:
+        return await in_thread(cluster, self.prepare, cluster, machines, preferred_index, box)
+
+    async def observe_async(self, cluster: str) -> dict[str, Observed]:
+        return await in_thread(cluster, self.observe, cluster)
+
+    async def ensure_async(self, cluster: str, machine: MachineSpec) -> Observed:
+        return await in_thread(cluster, self.ensure, cluster, machine)
+
+    async def reboot_async(self, cluster: str, name: str) -> Observed:
+        return await in_thread(cluster, self.reboot, cluster, name)
+
+    async def remove_async(self, cluster: str, names: list[str]) -> None:
+        return await in_thread(cluster, self.remove, cluster, names)
+
+    async def delete_cluster_async(self, cluster: str) -> list[str]:
+        return await in_thread(cluster, self.delete_cluster, cluster)
+
+
+# The engine's coroutine face, and the blocking methods behind it (tests check both providers).
+ENGINE_METHODS = ("allocate", "prepare_async", "observe_async", "ensure_async", "reboot_async", "remove_async",
+                  "delete_cluster_async")

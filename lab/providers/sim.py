@@ -29,7 +29,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab.providers.base import LaunchError, MachineSpec, Observed, mac_for
+from lab.configure.base import Configurer
+from lab.providers.base import LaunchError, MachineSpec, Observed, Provider, mac_for
 from lab.workspace import ClusterDir
 
 ID_PREFIX = "i-sim-"
@@ -90,14 +91,14 @@ class SimVM:
     boots: int = 1
 
 
-class SimProvider:
-    """Simulated VMs. Same interface as VagrantProvider; ensure/remove/reboot also come as
-    coroutines (`*_async`), which the engine prefers: thousands of simulated boots cost no thread."""
+class SimProvider(Provider):
+    """Simulated VMs (the whole Provider contract). The engine's coroutine twins (`*_async`) run on
+    its loop: quick record changes, and boots that wait on `sleep` (virtual time in tests), so
+    thousands of simulated boots cost no thread. The blocking methods wait on wall time."""
 
     name = "sim"
     id_prefix = ID_PREFIX
     simulated = True
-    inline = True  # the sync methods are quick: the engine may call them on its loop
 
     def __init__(self, boot_time: float = 1.0, *, clock: Callable[[], float] = time.time,
                  sleep: Callable[[float], Awaitable[None]] | None = None, path: Path | None = None,
@@ -159,6 +160,10 @@ class SimProvider:
         with self._lock:
             self.vms.setdefault(cluster, {})
 
+    async def prepare_async(self, cluster: str, machines: list[MachineSpec], preferred_index: int = 0,
+                            box: str | None = None) -> None:
+        self.prepare(cluster, machines, preferred_index, box)
+
     def _define(self, cluster: str, machine: MachineSpec) -> SimVM:
         """The VM, defined and booting (or already there). Idempotent, like `vagrant up`."""
         with self._lock:
@@ -200,6 +205,9 @@ class SimProvider:
         with self._lock:
             return {n: self._observed(vm) for n, vm in self.vms.get(cluster, {}).items()}
 
+    async def observe_async(self, cluster: str) -> dict[str, Observed]:
+        return self.observe(cluster)
+
     def remove(self, cluster: str, names: list[str]) -> None:
         with self._lock:
             vms = self.vms.get(cluster, {})
@@ -212,16 +220,26 @@ class SimProvider:
         self.remove(cluster, names)
         await asyncio.sleep(0)
 
-    async def reboot_async(self, cluster: str, name: str) -> Observed:
-        """Restart the domain (start it if it is shut off); done when it answers again."""
+    def _restart(self, cluster: str, name: str) -> SimVM:
         with self._lock:
             vm = self.vms.get(cluster, {}).get(name)
-            if vm is None:
+            if vm is None:  # the engine relaunches a missing VM itself; this is a race with a removal
                 raise LaunchError(f"{name}: no simulated VM to reboot")
             vm.state, vm.ready_at, vm.boots = "running", self.clock() + self.boot_time, vm.boots + 1
             self._save(vm)
+        return vm
+
+    async def reboot_async(self, cluster: str, name: str) -> Observed:
+        """Restart the domain (start it if it is shut off); done when it answers again."""
+        vm = self._restart(cluster, name)
         while (left := vm.ready_at - self.clock()) > 0:
             await self.sleep(left)
+        return self._observed(vm)
+
+    def reboot(self, cluster: str, name: str) -> Observed:
+        vm = self._restart(cluster, name)
+        while (left := vm.ready_at - self.clock()) > 0:
+            time.sleep(min(left, 0.5))
         return self._observed(vm)
 
     def delete_cluster(self, cluster: str) -> list[str]:
@@ -230,6 +248,9 @@ class SimProvider:
             self._drop(cluster)
         ClusterDir(cluster).remove()  # what the lab keeps for it (the student accounts file), as vagrant's does
         return [f"simulated VM {n}" for n in gone]
+
+    async def delete_cluster_async(self, cluster: str) -> list[str]:
+        return self.delete_cluster(cluster)
 
     def collect_logs(self, cluster: str, dest: Path) -> list[Path]:
         return []
@@ -249,12 +270,11 @@ class SimProvider:
                 self._save(vms[name])
 
 
-class SimConfigurer:
-    """Configures nothing: each step takes a short simulated time and is recorded in `calls`."""
+class SimConfigurer(Configurer):
+    """Configures nothing: each step takes a short simulated time and is recorded in `calls`. Its
+    coroutine twins wait on `sleep` (virtual time in tests); the blocking methods on wall time."""
 
     simulated = True
-    inline = True
-    wants_context = False  # no inventory needed: the engine passes None as the context
 
     def __init__(self, configure_time: float = 0.5, join_time: float = 0.3, leave_time: float = 0.2, *,
                  sleep: Callable[[float], Awaitable[None]] | None = None):
@@ -265,7 +285,7 @@ class SimConfigurer:
         self.calls: list[tuple] = []
 
     def context(self, cluster, groups, nodes):
-        return None
+        return None  # no inventory needed
 
     async def configure_async(self, ctx, node: str, node_type: str) -> None:
         self.calls.append(("configure", node, node_type))

@@ -18,7 +18,7 @@ from pathlib import Path
 from lab import paths, secrets
 from lab.host import kvm, libvirtd, mode
 from lab.providers import network, priority
-from lab.providers.base import ClusterNet, LaunchError, MachineSpec, Observed, mac_for
+from lab.providers.base import ClusterNet, LaunchError, MachineSpec, Observed, Provider, mac_for
 from lab.providers.vagrantfile import render
 from lab.osutil import atomic_write, kill_group
 from lab.workspace import ClusterDir
@@ -74,6 +74,22 @@ def ssh_answers(cluster: str, address: str, connect_timeout: float = 5, timeout:
         return False
 
 
+# What vagrant says when trying again cannot help (checked on the log's tail): the node becomes a
+# Failure at once instead of retrying. Anything else (libvirt busy, a domain that did not start, a
+# network hiccup) is transient.
+PERMANENT_FAILURES = (
+    "could not be found or could not be accessed",  # the box is not installed (slurmlab box build)
+    "There is a syntax error in the following Vagrantfile",
+    "There are errors in the configuration of this machine",
+    "The provider 'libvirt' could not be found",  # vagrant-libvirt missing (slurmlab doctor)
+)
+
+
+def is_transient(log_tail: str) -> bool:
+    """Whether a failed vagrant command may succeed when tried again (PERMANENT_FAILURES: no)."""
+    return not any(p in log_tail for p in PERMANENT_FAILURES)
+
+
 def _vagrant_env() -> dict[str, str]:
     return {
         **os.environ,
@@ -83,8 +99,12 @@ def _vagrant_env() -> dict[str, str]:
     }
 
 
-class VagrantProvider:
+class VagrantProvider(Provider):
+    """Real VMs. Every method blocks (subprocesses, libvirt): the engine runs the coroutine twins
+    of lab.providers.base.Provider, which put each call in a thread."""
+
     name = "vagrant"
+    id_prefix = "i-"
 
     def __init__(self, box: str | None = None):
         from lab import box as boxmod
@@ -122,7 +142,8 @@ class VagrantProvider:
             self._inflight.get(cluster, set()).discard(proc)
         if rc != 0:
             tail = "\n".join(logf.read_text().splitlines()[-12:])
-            raise LaunchError(f"vagrant {' '.join(args)} failed ({rc}):\n{tail}", log_path=logf)
+            raise LaunchError(f"vagrant {' '.join(args)} failed ({rc}):\n{tail}", log_path=logf,
+                              transient=is_transient(tail))
 
     def _reap(self, cluster: str, proc, args: list[str], logf: Path) -> None:
         rc = proc.wait()
@@ -191,7 +212,8 @@ class VagrantProvider:
             free = meminfo_mib()
             if free - machine.memory_mib < self.HOST_RESERVE_MIB:
                 raise LaunchError(f"InsufficientCapacity: the host has {free} MiB free; {machine.name} needs "
-                                  f"{machine.memory_mib} MiB plus {self.HOST_RESERVE_MIB} MiB kept for the host")
+                                  f"{machine.memory_mib} MiB plus {self.HOST_RESERVE_MIB} MiB kept for the host",
+                                  transient=True)  # memory frees up: retried like HyperPod's capacity shortages
         network.add_host(cluster, machine.mac, machine.name, machine.address)
         if machine.node_type == "Controller":
             priority.favor_when_started(machine.name)  # it boots first when every VM boots at once

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+from lab import capacity
 from lab.engine import clusters
 from lab.providers.base import LaunchError
 from lab.providers.sim import SimProvider
@@ -33,7 +34,7 @@ def test_legacy_create_rolls_back_when_a_group_cannot_reach_its_count(tmp_path):
         launched = len(lab.prov.launched)
         await lab.ticks(5)
         assert len(lab.prov.launched) == launched
-        assert lab.eng._used()["ml.c5.large"] == 0
+        assert capacity.used(lab.st)["ml.c5.large"] == 0
         # DeleteCluster still removes its record
         clusters.delete(lab.st, "demo", start_engine=False)
         await lab.ticks(2)

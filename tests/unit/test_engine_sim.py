@@ -107,7 +107,7 @@ def test_daemon_makes_the_sim_pair_and_the_engine_uses_each_clusters_provider(tm
 def test_capacity_file_faults_are_parsed_validated_and_stored(tmp_path):
     cap = capacity.parse("faults: {seed: 7, launch_failure_rate: 0.25}\n"
                          "instance_types:\n  ml.c5.large: {available: 2, arrivals: [{after_seconds: 5, count: 1}]}\n")
-    assert cap.faults == capacity.Faults(7, 0.25)
+    assert cap.faults == capacity.Faults(seed=7, launch_failure_rate=0.25)
     st = Store(tmp_path / "s.db")
     capacity.apply(st, cap, now=100.0)
     assert st.faults() == {"seed": 7, "launch_failure_rate": 0.25}

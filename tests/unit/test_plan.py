@@ -1,22 +1,28 @@
-"""The pure planner (lab.engine.plan), rule by rule: launch order, who may configure, the join
-batching window. Rows are built directly; no store, no provider, no engine."""
+"""The pure planner (lab.engine.plan) as one table, rows in, actions out: launch order, legacy vs
+continuous, failure / retry / backoff, transient vs permanent launch failures, capacity, the join
+window, boot slots, scaling down and leaving, reboot / replace / lost VMs, deletion and rollback.
+Rows are built directly; no store, no provider, no engine."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 import pytest
 
 from lab.engine import plan as planner
-from lab.engine.plan import JOIN_MAX_WAIT_S, JOIN_QUIET_S, VM_UP_PHASES, join_wait, plan
+from lab.engine.plan import JOIN_MAX_WAIT_S, JOIN_QUIET_S, NO_RETRY, VM_UP_PHASES, join_wait, plan
 from lab.store.db import ClusterRow, GroupRow, NodeRow
 
 NOW = 1000.0
 
 
-def cluster(mode: str | None = "Continuous", status: str = "Creating") -> ClusterRow:
+def cluster(mode: str | None = "Continuous", status: str = "Creating", recovery: str | None = None,
+            in_service_at: float | None = None) -> ClusterRow:
     spec = {"NodeProvisioningMode": mode} if mode else {}
-    return ClusterRow("demo", "arn:x", status, None, spec, "fake", 1, 0.0)
+    if recovery:
+        spec["NodeRecovery"] = recovery
+    return ClusterRow("demo", "arn:x", status, None, spec, "fake", 1, 0.0, in_service_at=in_service_at)
 
 
 def groups(computes: int = 2, logins: int = 1, gpus: int = 0) -> list[GroupRow]:
@@ -42,7 +48,9 @@ def node(short: str, phase: str, **kw) -> NodeRow:
 class Case:
     id: str
     nodes: dict[str, str]  # short name -> phase
-    expect: dict[str, list]  # kind -> sorted node short names; "join" -> [(batch short names, reason)]
+    # kind -> sorted node short names ("create_node": group-ordinal, "drop_group": the group, node-less
+    # kinds: the kind); "join" -> [(batch short names, reason)]; "status" -> {"cluster" or group: status}
+    expect: dict[str, list]
     mode: str | None = "Continuous"
     observed: dict[str, str] = field(default_factory=dict)  # extra VMs (short name -> state)
     busy: set[str] = field(default_factory=set)  # short names, or "join"
@@ -51,6 +59,10 @@ class Case:
     gpus: int = 0
     join_wait: float | None = None
     kw: dict = field(default_factory=dict)  # plan() keyword arguments
+    status: str = "Creating"  # the cluster's
+    recovery: str | None = None  # NodeRecovery (None: Automatic)
+    in_service_at: float | None = None
+    group_status: dict[str, str] = field(default_factory=dict)  # group -> its recorded status
 
 
 ALL_PLANNED = {"controller-1": "planned", "login-1": "planned", "compute-1": "planned", "compute-2": "planned"}
@@ -204,21 +216,151 @@ CASES = [
          {**ALL_PLANNED, "controller-1": "running"}, {"launch": OTHERS}),
     Case("boot slots: legacy mode honours them too",
          ALL_PLANNED, {"launch": ["controller-1", "login-1"]}, mode=None, kw={"boot_slots": 2}),
+
+    # ---- 5. failure, retry, backoff (a transient failure: retry_at is a backoff away)
+    Case("failed, backoff not over -> nothing; the group is Degraded",
+         {**CTL_UP, "compute-1": "failed", "compute-2": "running"}, {"launch": [], "configure": [],
+                                                                   "status": {"compute": "Degraded"}},
+         computes=2, extra={"compute-1": {"booted_at": None, "retry_at": NOW + 5, "attempts": 1}}),
+    Case("failed, backoff over, no VM -> launched again (capacity counted)",
+         {**CTL_UP, "compute-1": "failed", "compute-2": "running"}, {"launch": ["compute-1"], "short": []},
+         extra={"compute-1": {"booted_at": None, "retry_at": NOW - 1, "attempts": 2}}),
+    Case("failed configure, VM up, backoff over -> configured again",
+         {**CTL_UP, "compute-1": "failed", "compute-2": "running"}, {"configure": ["compute-1"], "launch": []},
+         extra={"compute-1": {"retry_at": NOW - 1}}),
+    Case("failed, its VM stopped -> started again without new capacity (it holds its instance)",
+         {**CTL_UP, "compute-1": "failed", "compute-2": "running"}, {"launch": ["compute-1"], "short": []},
+         observed={"compute-1": "shutoff"}, extra={"compute-1": {"retry_at": NOW - 1}},
+         kw={"limits": {"ml.c5.large": 1}, "used": {"ml.c5.large": 2}}),
+    # ---- 6. transient vs permanent launch failure
+    Case("permanent launch failure (retry_at NO_RETRY) -> never retried, Failure until replaced or deleted",
+         {**CTL_UP, "compute-1": "failed", "compute-2": "running"},
+         {"launch": [], "configure": [], "short": [], "status": {"compute": "Degraded"}},
+         extra={"compute-1": {"booted_at": None, "retry_at": NO_RETRY, "attempts": 1}}),
+    Case("permanent launch failure, continuous create -> the cluster still goes InService",
+         {**CTL_UP, "login-1": "running", "compute-1": "failed", "compute-2": "running"},
+         {"launch": [], "rollback": [], "status": {"cluster": "InService", "compute": "Degraded"}},
+         extra={"compute-1": {"booted_at": None, "retry_at": NO_RETRY, "attempts": 1}}),
+    Case("permanent launch failure, legacy create -> rollback at once (no waiting for the attempts)",
+         {"controller-1": "running", "login-1": "running", "compute-1": "failed", "compute-2": "running"},
+         {"rollback": ["compute-1"], "launch": []}, mode=None,
+         extra={"compute-1": {"booted_at": None, "retry_at": NO_RETRY, "attempts": 1}}),
+    Case("transient launch failure, legacy create, attempts left -> retried, no rollback",
+         {"controller-1": "running", "login-1": "running", "compute-1": "failed", "compute-2": "running"},
+         {"rollback": [], "launch": ["compute-1"]}, mode=None,
+         extra={"compute-1": {"booted_at": None, "retry_at": NOW - 1, "attempts": 2}}),
+    Case("transient launch failure, legacy create, attempts used up -> rollback",
+         {"controller-1": "running", "login-1": "running", "compute-1": "failed", "compute-2": "running"},
+         {"rollback": ["compute-1"], "launch": []}, mode=None,
+         extra={"compute-1": {"booted_at": None, "retry_at": NOW - 1, "attempts": 3}}),
+    Case("a permanent failure replaced (BatchReplaceClusterNodes) -> replace",
+         {**CTL_UP, "compute-1": "failed", "compute-2": "running"}, {"replace": ["compute-1"], "launch": []},
+         extra={"compute-1": {"booted_at": None, "retry_at": NO_RETRY, "pending": "replace"}}),
+    # ---- 7. capacity
+    Case("capacity for one more compute -> one launches, the other is short",
+         {**CTL_UP, "compute-1": "planned", "compute-2": "planned"}, {"launch": ["compute-1"], "short": ["compute-2"]},
+         kw={"limits": {"ml.c5.large": 1}, "used": {}}),
+    Case("capacity used up elsewhere in the lab -> both short, the controller's type unaffected",
+         {"controller-1": "planned", "compute-1": "planned", "compute-2": "planned"},
+         {"launch": ["controller-1"], "short": ["compute-1", "compute-2"]}, mode=None,
+         kw={"limits": {"ml.c5.large": 3}, "used": {"ml.c5.large": 3}}),
+    Case("capacity limit on another type only -> no shortage",
+         {**CTL_UP, "compute-1": "planned", "compute-2": "planned"}, {"launch": ["compute-1", "compute-2"],
+                                                                      "short": []},
+         kw={"limits": {"ml.g5.xlarge": 0}, "used": {}}),
+    # ---- 8. counts: growing, scaling down, leaving
+    Case("target above the records -> a record per missing ordinal",
+         {**CTL_UP, "compute-1": "running", "compute-3": "running"}, {"create_node": ["compute-2", "compute-4"]},
+         computes=4),
+    Case("target lowered, the surplus joined Slurm -> it leaves (drain, slurm.conf) in one batch",
+         {**CTL_UP, "compute-1": "running", "compute-2": "running", "compute-3": "running"},
+         {"leave": ["compute-2", "compute-3"], "remove": []}, computes=1,
+         extra={"compute-2": {"joined_at": 5.0}, "compute-3": {"joined_at": 5.0}}),
+    Case("target lowered: a node not running goes before a running one",
+         {**CTL_UP, "compute-1": "booted", "compute-2": "running"}, {"remove": ["compute-1"], "configure": []},
+         computes=1),
+    Case("BatchDeleteClusterNodes (pending delete) of a joined node -> leave",
+         {**CTL_UP, "compute-1": "running", "compute-2": "running"}, {"leave": ["compute-2"]},
+         extra={"compute-2": {"pending": "delete", "joined_at": 5.0}}),
+    Case("out of Slurm (removing, joined_at cleared) -> the VM is removed",
+         {**CTL_UP, "compute-1": "running", "compute-2": "removing"}, {"remove": ["compute-2"], "leave": []},
+         computes=1),
+    Case("a failed remove waits for its retry time",
+         {**CTL_UP, "compute-1": "running", "compute-2": "removing"}, {"remove": []}, computes=1,
+         extra={"compute-2": {"retry_at": NOW + 30}}),
+    Case("a leave waits while a join runs",
+         {**CTL_UP, "compute-1": "running", "compute-2": "running"}, {"leave": []}, busy={"join"},
+         extra={"compute-2": {"pending": "delete", "joined_at": 5.0}}),
+    Case("a node whose group is gone -> removed",
+         {**CTL_UP, "compute-1": "running", "old-1": "running"}, {"remove": ["old-1"]}, computes=1),
+    Case("a group being deleted with no node left -> dropped",
+         {**CTL_UP}, {"drop_group": ["compute"]}, computes=0, group_status={"compute": "Deleting"}),
+    Case("a VM with no record -> removed as an orphan",
+         {**CTL_UP, "compute-1": "running", "compute-2": "running"}, {"orphan": ["compute-9"]},
+         observed={"compute-9": "running"}),
+    # ---- 9. reboot, replace, VMs lost
+    Case("BatchRebootClusterNodes -> reboot (the VM's state is the reason)",
+         {**CTL_UP, "compute-1": "running", "compute-2": "running"}, {"reboot": ["compute-1"]},
+         extra={"compute-1": {"pending": "reboot"}}),
+    Case("a reboot cut short (rebooting, no task) -> again; no VM: reason missing",
+         {**CTL_UP, "compute-1": "rebooting", "compute-2": "running"}, {"reboot": ["compute-1"], "lost": []},
+         observed={"compute-1": None}),
+    Case("BatchReplaceClusterNodes, or a replace cut short -> replace",
+         {**CTL_UP, "compute-1": "running", "compute-2": "replacing"}, {"replace": ["compute-1", "compute-2"]},
+         extra={"compute-1": {"pending": "replace"}}),
+    Case("a running node's VM gone, NodeRecovery Automatic -> lost (a new instance)",
+         {**CTL_UP, "compute-1": "running", "compute-2": "running"}, {"lost": ["compute-1"], "keep_lost": []},
+         observed={"compute-1": None}),
+    Case("a running node's VM stopped, NodeRecovery None -> kept as Failure",
+         {**CTL_UP, "compute-1": "running", "compute-2": "running"}, {"keep_lost": ["compute-1"], "lost": []},
+         observed={"compute-1": "shutoff"}, recovery="None"),
+    # ---- 10. deletion, rollback, statuses
+    Case("DeleteCluster -> one delete_cluster, nothing else",
+         {**CTL_UP, "compute-1": "running"}, {"delete_cluster": ["delete_cluster"], "launch": []},
+         status="Deleting", computes=1),
+    Case("DeleteCluster already in flight -> nothing",
+         {**CTL_UP, "compute-1": "running"}, {"delete_cluster": []}, status="Deleting", busy={"delete"}, computes=1),
+    Case("a legacy create RollingBack -> rollback_cluster",
+         {**CTL_UP, "compute-1": "failed"}, {"rollback_cluster": ["rollback_cluster"], "launch": []},
+         mode=None, status="RollingBack", computes=1),
+    Case("a Failed cluster -> nothing at all",
+         {**CTL_UP, "compute-1": "planned"}, {"launch": [], "rollback_cluster": []}, status="Failed", computes=1),
+    Case("an update settled -> InService again",
+         {**CTL_UP, "login-1": "running", "compute-1": "running", "compute-2": "running"},
+         {"status": {"cluster": "InService", "compute": "InService"}}, status="Updating", in_service_at=1.0,
+         group_status={"compute": "Updating"}),
+    Case("legacy create, not full -> not InService yet though controller and login run",
+         {**CTL_UP, "login-1": "running", "compute-1": "running", "compute-2": "configuring"},
+         {"status": {"cluster": None, "compute": "Creating"}}, mode=None, busy={"compute-2"}),
 ]
 
 
 def run_case(c: Case) -> planner.Plan:
     gs = groups(computes=c.computes, logins=int(any(k.startswith("login") for k in c.nodes)), gpus=c.gpus)
+    for g in gs:
+        g.status = c.group_status.get(g.name, g.status)
     nodes = [node(short, phase, **c.extra.get(short, {})) for short, phase in c.nodes.items()]
     # a VM for every node whose phase says it has one (a failed node that had booted keeps it)
     observed = {n.name: "running" for n in nodes if n.phase in VM_UP_PHASES or (n.phase == "failed" and n.booted_at)}
     observed.update({f"demo-{k}": v for k, v in c.observed.items()})
-    busy = {b if b == "join" else f"demo-{b}" for b in c.busy}
-    return plan(cluster(c.mode), gs, nodes, observed, busy, NOW, **c.kw)
+    observed = {k: v for k, v in observed.items() if v is not None}  # None: no VM at all
+    busy = {b if b in ("join", "delete", "rollback") else f"demo-{b}" for b in c.busy}
+    kw = dict(c.kw)
+    if "used" in kw:
+        kw["used"] = Counter(kw["used"])  # plan() adds its launches to it: a fresh one per run
+    return plan(cluster(c.mode, c.status, c.recovery, c.in_service_at), gs, nodes, observed, busy, NOW, **kw)
 
 
 def short(name: str) -> str:
     return name.removeprefix("demo-")
+
+
+def label(a: planner.Action) -> str:
+    if a.node:
+        return short(a.node)
+    if a.kind == "create_node":
+        return f"{a.group}-{a.ordinal}"
+    return a.group or a.kind
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
@@ -230,8 +372,11 @@ def test_plan_rules(case: Case):
             if kind == "leave":
                 got = [x for b, _ in got for x in b]
             assert got == want, f"{kind}: {got} != {want}; all actions {p.actions}"
+        elif kind == "status":
+            got = {k: p.cluster_status if k == "cluster" else p.group_status.get(k) for k in want}
+            assert got == want, f"statuses: {got} != {want}"
         else:
-            got = sorted(short(a.node) for a in p.actions if a.kind == kind)
+            got = sorted(label(a) for a in p.actions if a.kind == kind)
             assert got == sorted(want), f"{kind}: {got} != {want}; all actions {p.actions}"
     if case.join_wait is None:
         assert p.join_wait is None

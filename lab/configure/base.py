@@ -1,0 +1,66 @@
+"""The whole configurer contract: what the engine calls to configure nodes and change slurm.conf.
+
+Same sync/async rule as lab/providers/base.py: the blocking methods (`configure`, `join`, `leave`)
+may be called directly; the engine awaits only their coroutine twins, whose default runs the
+blocking method in a worker thread counted for the context's cluster. A configurer that never
+blocks (SimConfigurer) overrides the twins.
+
+`configure` returns a list of results, each with `warnings` (lab.configure.runner.PlaybookResult):
+the engine turns them into events. A failure raises `ConfigureError` (its `failures` say which
+node failed why); the engine marks those nodes Failure and retries them with backoff.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any
+
+from lab.providers.base import in_thread
+
+if TYPE_CHECKING:
+    from lab.configure.inventory import ClusterContext
+    from lab.store.db import ClusterRow, GroupRow, NodeRow
+
+
+class ConfigureError(Exception):
+    """A configure, join or leave that failed; `failures`: node -> why (may be empty)."""
+
+    def __init__(self, message: str, failures: dict[str, str] | None = None):
+        super().__init__(message)
+        self.failures = dict(failures or {})
+
+
+def warnings_of(results: list | None) -> list[str]:
+    """The warnings of `configure`'s results, without the "host: " each starts with."""
+    return [w.split(": ", 1)[-1] for r in results or () for w in r.warnings or ()]
+
+
+class Configurer(ABC):
+    @abstractmethod
+    def context(self, cluster: ClusterRow, groups: list[GroupRow], nodes: list[NodeRow]) -> ClusterContext | None:
+        """What configure/join/leave need about the cluster (None: nothing)."""
+
+    @abstractmethod
+    def configure(self, ctx: ClusterContext | None, node: str, node_type: str) -> list | None:
+        """Configure one node (controller, login or compute); returns results with `warnings`."""
+
+    @abstractmethod
+    def join(self, ctx: ClusterContext | None, batch: list[str]) -> Any:
+        """The batch of configured compute nodes into slurm.conf, one reconfigure."""
+
+    @abstractmethod
+    def leave(self, ctx: ClusterContext | None, names: list[str]) -> Any:
+        """Drain the nodes, wait for their jobs, take them out of slurm.conf, one reconfigure."""
+
+    async def configure_async(self, ctx: ClusterContext | None, node: str, node_type: str) -> list | None:
+        return await in_thread(_cluster(ctx), self.configure, ctx, node, node_type)
+
+    async def join_async(self, ctx: ClusterContext | None, batch: list[str]) -> Any:
+        return await in_thread(_cluster(ctx), self.join, ctx, batch)
+
+    async def leave_async(self, ctx: ClusterContext | None, names: list[str]) -> Any:
+        return await in_thread(_cluster(ctx), self.leave, ctx, names)
+
+
+def _cluster(ctx: ClusterContext | None) -> str:
+    return ctx.name if ctx is not None else ""

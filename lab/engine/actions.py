@@ -1,0 +1,207 @@
+"""The engine's actions: one coroutine per planned action kind (lab/engine/plan.py Action.kind) that
+runs as a task, calling the provider and configurer through their coroutine faces
+(lab/providers/base.py, lab/configure/base.py). A mixin of lab.engine.engine.Engine; `ACTIONS` maps
+each kind to its method. A failing action raises: Engine._guard records the failure."""
+
+from __future__ import annotations
+
+from lab.capacity import launch_fault
+from lab.configure.base import warnings_of
+from lab.engine.plan import Action
+from lab.providers.base import LaunchError
+from lab.store.db import ClusterRow, NodeRow
+
+NOW = object()  # in _slurm_batch's `after`: the time the configurer returned
+
+
+class Actions:
+    async def _do_launch(self, cluster: str, a: Action, ctx=None) -> None:
+        n = self.store.node(cluster, a.node)
+        if n is None or n.phase not in ("planned", "failed", "launching"):
+            return
+        c = self._snap[cluster][0]
+        self.store.update_node(cluster, a.node, phase="launching", launched_at=self.clock(), message="launching VM")
+        self.stats["launches"] += 1
+        fault = launch_fault(self._faults, cluster, n.name, n.generation, n.attempts)
+        if fault:
+            self._fail(cluster, a.node, f"launch failed: {fault}")
+            return
+        try:
+            await self.provider_for(c).ensure_async(cluster, self._machine(cluster, n))
+        except Exception as e:  # noqa: BLE001 - a LaunchError says transient or permanent; others are transient
+            self._fail(cluster, a.node, f"launch failed: {e}", permanent=isinstance(e, LaunchError) and e.permanent)
+            return
+        self._booted(cluster, a, "VM answers ssh", "VM up", self._op_of(cluster, a.node, a.group))
+
+    def _booted(self, cluster: str, a: Action, message: str, event: str, op: str | None, **vals) -> None:
+        """The node's VM answers (launched or rebooted): it is configured again from scratch."""
+        self.store.update_node(cluster, a.node, phase="booted", booted_at=self.clock(), configured_at=None,
+                               message=message, **vals)
+        self.store.add_event(cluster, "Instance", "Info", f"{a.node}: {event}", grp=a.group, node=a.node,
+                             operation_id=op)
+
+    async def _do_configure(self, cluster: str, a: Action, ctx=None) -> None:
+        n = self.store.node(cluster, a.node)
+        if n is None or n.phase not in ("booted", "configuring", "configured", "failed"):
+            return
+        c = self._snap[cluster][0]
+        node_type = self._group(cluster, n.grp).node_type
+        self.store.update_node(cluster, a.node, phase="configuring", message="configuring (Ansible)")
+        results = await self.configurer_for(c).configure_async(ctx, n.name, node_type)
+        warnings = warnings_of(results)  # e.g. a boot-time setup that failed: Ansible did it instead
+        for w in warnings:
+            self.store.add_event(cluster, "Instance", "Warning", f"{a.node}: {w}"[:500], grp=a.group, node=a.node,
+                                 operation_id=self._op_of(cluster, a.node, a.group))
+        said = f" ({'; '.join(warnings)})"[:400] if warnings else ""
+        if node_type == "Compute":
+            # configured_at starts the join batching window (plan.join_wait)
+            self.store.update_node(cluster, a.node, phase="configured", configured_at=self.clock(),
+                                   message="configured, waiting to join" + said)
+            # when configuring ended and waiting for the join began (bench/cluster_timeline.py reads it)
+            self.store.add_event(cluster, "Instance", "Info", f"{a.node}: compute configured, waiting to join Slurm",
+                                 grp=a.group, node=a.node, operation_id=self._op_of(cluster, a.node, a.group))
+        else:
+            self.store.update_node(cluster, a.node, phase="running", joined_at=self.clock(), message=said.strip(" ()"),
+                                   attempts=0)
+            self.store.add_event(cluster, "Instance", "Info", f"{a.node}: {node_type.lower()} ready",
+                                 grp=a.group, node=a.node, operation_id=self._op_of(cluster, a.node, a.group))
+
+    async def _slurm_batch(self, cluster: str, a: Action, ctx, before: dict, after: dict, verb: str) -> list[str]:
+        """`after` values NOW become the time the configurer returned."""
+        """A join or a leave: the batch's rows before, the configurer's one slurm.conf change, the rows after."""
+        conf = self.configurer_for(self._snap[cluster][0])
+        batch = list(a.batch)
+        with self.store.tx():
+            for n in batch:
+                self.store.update_node(cluster, n, **before)
+        self.stats[verb + "s"] += 1
+        await (conf.join_async if verb == "join" else conf.leave_async)(ctx, batch)
+        now = self.clock()
+        after = {k: now if v is NOW else v for k, v in after.items()}
+        with self.store.tx():
+            for n in batch:
+                self.store.update_node(cluster, n, **after)
+        return batch
+
+    async def _do_join(self, cluster: str, a: Action, ctx=None) -> None:
+        self.stats["joined_nodes"] += len(a.batch)
+        batch = await self._slurm_batch(cluster, a, ctx, {"phase": "joining", "message": "joining Slurm"},
+                                        {"phase": "running", "joined_at": NOW, "message": "", "attempts": 0}, "join")
+        shown = ", ".join(batch[:20]) + (f" and {len(batch) - 20} more" if len(batch) > 20 else "")
+        groups = {n.rsplit("-", 1)[0][len(cluster) + 1:] for n in batch}
+        one = next(iter(groups)) if len(groups) == 1 else None
+        self.store.add_event(cluster, "InstanceGroup", "Info",
+                             f"{len(batch)} node(s) joined Slurm with one reconfigure: {shown}",
+                             grp=one, operation_id=self._op_of(cluster, batch[0], one))
+
+    async def _do_leave(self, cluster: str, a: Action, ctx=None) -> None:
+        """Scale-in, Slurm side, for a batch: drain, wait for jobs, out of slurm.conf, one reconfigure."""
+        batch = await self._slurm_batch(cluster, a, ctx,
+                                        {"phase": "removing", "message": "draining (Slurm) before removal"},
+                                        {"joined_at": None, "message": "out of Slurm; removing the VM"}, "leave")
+        self.store.add_event(cluster, "InstanceGroup", "Info",
+                             f"{len(batch)} node(s) drained and removed from slurm.conf: {', '.join(batch[:20])}")
+
+    def _type_of(self, cluster: str, n: NodeRow) -> str | None:
+        g = self._snap[cluster][2].get(n.grp)
+        return g.instance_type if g else None
+
+    async def _do_remove(self, cluster: str, a: Action, ctx=None) -> None:
+        n = self.store.node(cluster, a.node)
+        if n is None:
+            return
+        c = self._snap[cluster][0]
+        self.store.update_node(cluster, a.node, phase="removing", message="removing the VM")
+        await self.provider_for(c).remove_async(cluster, [a.node])
+        self.store.delete_node(cluster, a.node)
+        self._dirty.add(cluster)
+        self.capacity_released(self._type_of(cluster, n))
+        self.store.add_event(cluster, "Instance", "Info", f"{a.node}: removed", grp=n.grp, node=a.node,
+                             operation_id=self._op_of(cluster, a.node, n.grp), instance_id=n.instance_id)
+
+    async def _do_orphan(self, cluster: str, a: Action, ctx=None) -> None:
+        c = self._snap[cluster][0]
+        await self.provider_for(c).remove_async(cluster, [a.node])
+        self.store.add_event(cluster, "Cluster", "Warning",
+                             f"VM {a.node} belongs to cluster {cluster} but has no record: removed (orphan)")
+
+    async def _do_lost(self, cluster: str, a: Action, ctx=None) -> None:
+        """NodeRecovery Automatic: the VM died; a fresh instance replaces it under the same name."""
+        n = self.store.node(cluster, a.node)
+        if n is None:
+            return
+        prov = self.provider_for(self._snap[cluster][0])
+        if a.reason != "missing":  # a stopped domain: remove it first
+            await prov.remove_async(cluster, [a.node])
+        self._new_instance(cluster, n, prov, f"VM lost ({a.reason}): replacing it (NodeRecovery Automatic)")
+        self.store.add_event(cluster, "Instance", "Warning",
+                             f"{a.node}: VM is {a.reason}; NodeRecovery is Automatic: replacing it",
+                             grp=a.group, node=a.node)
+
+    async def _do_reboot(self, cluster: str, a: Action, ctx=None) -> None:
+        n = self.store.node(cluster, a.node)
+        if n is None:
+            return
+        prov = self.provider_for(self._snap[cluster][0])
+        op = self._op_of(cluster, a.node)
+        self.store.update_node(cluster, a.node, phase="rebooting", pending=None, message="rebooting")
+        if a.reason == "missing":  # nothing to reboot: launch it again
+            self.store.update_node(cluster, a.node, phase="planned", booted_at=None, configured_at=None,
+                                   message="no VM to reboot: launching")
+            return
+        await prov.reboot_async(cluster, a.node)
+        self._booted(cluster, a, "rebooted; configuring again", "rebooted", op, attempts=0)
+
+    async def _do_replace(self, cluster: str, a: Action, ctx=None) -> None:
+        n = self.store.node(cluster, a.node)
+        if n is None:
+            return
+        prov = self.provider_for(self._snap[cluster][0])
+        op = self._op_of(cluster, a.node)
+        self.store.update_node(cluster, a.node, phase="replacing", pending=None, message="replacing: removing the old VM")
+        await prov.remove_async(cluster, [a.node])
+        self._new_instance(cluster, n, prov, "replaced: a new instance launches")
+        self.capacity_released(self._type_of(cluster, n))
+        self.store.add_event(cluster, "Instance", "Info", f"{a.node}: old instance {n.instance_id} removed; "
+                             "a new one launches", grp=a.group, node=a.node, operation_id=op)
+
+    async def _do_rollback_cluster(self, cluster: str, a: Action, ctx=None) -> None:
+        """Legacy create that failed: remove every VM (and the cluster's network), then Failed."""
+        c = self._snap[cluster][0]
+        types = await self._teardown(c)
+        with self.store.tx():
+            self.store.delete_nodes(cluster)
+            for g in self.store.groups(cluster):
+                self.store.update_group(cluster, g.name, status="Failed")
+            self.store.update_cluster(cluster, status="Failed")
+        self.capacity_released(*types)
+        self.store.add_event(cluster, "Cluster", "Error",
+                             f"cluster {cluster} is Failed: rolled back, every VM removed ({c.failure_message})")
+
+    async def _do_delete_cluster(self, cluster: str, a: Action, ctx=None) -> None:
+        types = await self._teardown(self._snap[cluster][0])
+        self.store.delete_cluster(cluster)
+        self.capacity_released(*types)
+        for d in (self._snap, self._ops):
+            d.pop(cluster, None)
+
+    async def _teardown(self, c: ClusterRow) -> set[str]:
+        """Every VM, volume and network of the cluster gone, even those a thread still creates;
+        returns the instance types its groups had (their capacity is free again)."""
+        types = {g.instance_type for g in self.store.groups(c.name)}
+        prov = self.provider_for(c)
+        had_threads = self.threads(c.name) > 0
+        await prov.delete_cluster_async(c.name)
+        if had_threads:
+            await self._wait_threads(c.name)
+            await prov.delete_cluster_async(c.name)
+        self._prepared.discard(c.name)
+        self._dirty.discard(c.name)
+        return types
+
+
+# The actions that run as tasks (the others are quick store writes in the pass: Engine.SYNC_ACTIONS).
+ACTIONS = {"launch": Actions._do_launch, "configure": Actions._do_configure, "join": Actions._do_join,
+           "leave": Actions._do_leave, "remove": Actions._do_remove, "orphan": Actions._do_orphan,
+           "lost": Actions._do_lost, "reboot": Actions._do_reboot, "replace": Actions._do_replace,
+           "rollback_cluster": Actions._do_rollback_cluster, "delete_cluster": Actions._do_delete_cluster}

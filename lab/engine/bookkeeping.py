@@ -1,0 +1,220 @@
+"""What the engine writes down: node records, failures and backoff, statuses, operations, rollback,
+capacity arrivals. A mixin of lab.engine.engine.Engine (it owns `store`, `clock`, `rng`, `_snap`,
+`_ops`, `_dirty`, `_prepared`); quick store writes only, on the engine's loop."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+
+from lab.engine import plan as planner
+from lab.engine.plan import NO_RETRY, Action
+from lab.providers.base import MachineSpec, Provider
+from lab.store.db import ClusterRow, GroupRow, NodeRow
+
+BACKOFF_BASE = 10.0
+BACKOFF_MAX = 300.0
+SCALING = {"CreateCluster", "UpdateCluster", "BatchAddClusterNodes", "BatchDeleteClusterNodes"}
+ID_PREFIXES = {"sim": "i-sim-"}
+PERMANENT_HINT = "not retried: BatchReplaceClusterNodes replaces it, BatchDeleteClusterNodes removes it"
+
+
+def backoff(attempts: int, rng: random.Random, base: float = BACKOFF_BASE, cap: float = BACKOFF_MAX) -> float:
+    """Exponential backoff with full jitter in [d/2, d], d = min(cap, base * 2^(attempts-1))."""
+    d = min(cap, base * 2 ** max(0, attempts - 1))
+    return d / 2 + rng.random() * d / 2
+
+
+def instance_id(cluster: str, node: str, prefix: str = "i-", generation: int = 0) -> str:
+    """The node's instance id: stable for one instance, new after a replacement (generation)."""
+    key = f"{cluster}/{node}" if not generation else f"{cluster}/{node}#{generation}"
+    return prefix + hashlib.sha256(key.encode()).hexdigest()[:17]
+
+
+def id_prefix(provider_name: str) -> str:
+    """The instance id prefix of a provider by name (where no provider object is at hand)."""
+    return ID_PREFIXES.get(provider_name, "i-")
+
+
+class Bookkeeping:
+    # ------------------------------------------------------------------ statuses, operations
+    def _statuses(self, c: ClusterRow, groups: list[GroupRow], nodes: list[NodeRow], p: planner.Plan) -> None:
+        name = c.name
+        for g in groups:
+            st = p.group_status.get(g.name)
+            if st and st != g.status:
+                self.store.update_group(name, g.name, status=st)
+                self.store.add_event(name, "InstanceGroup", "Info" if st != "Degraded" else "Warning",
+                                     f"instance group {g.name} is {st}", grp=g.name,
+                                     operation_id=self._op_of(name, group=g.name))
+        if p.cluster_status and p.cluster_status != c.status:
+            vals = {"status": p.cluster_status}
+            if c.in_service_at is None:
+                vals["in_service_at"] = self.clock()
+            self.store.update_cluster(name, **vals)
+            self.store.add_event(name, "Cluster", "Info", f"cluster {name} is {p.cluster_status}")
+        if p.full_size and c.full_size_at is None and nodes:
+            self.store.update_cluster(name, full_size_at=self.clock())
+            self.store.add_event(name, "Cluster", "Info", f"cluster {name} reached its full size")
+        # operations in flight: done when their groups (or nodes) are settled
+        by_name = {n.name: n for n in nodes}
+        gnames = {g.name for g in groups}
+        for op in self._ops.get(name, []):
+            if op.kind in SCALING:
+                done = all(g in p.settled or g not in gnames for g in op.groups)
+                if op.kind == "BatchDeleteClusterNodes":
+                    done = done and not any(x in by_name for x in op.nodes)
+            else:
+                done = all(x not in by_name or (by_name[x].phase == "running" and not by_name[x].pending)
+                           for x in op.nodes)
+            if done:
+                self.store.finish_operation(op.id, "Completed", when=self.clock())
+                self.store.add_event(name, "Cluster", "Info", f"operation {op.kind} completed", operation_id=op.id)
+
+    def _op_of(self, cluster: str, node: str | None = None, group: str | None = None) -> str | None:
+        """The newest operation in flight about this node (or group), for its events."""
+        for op in reversed(self._ops.get(cluster) or []):
+            if (node and node in op.nodes) or (group and group in op.groups):
+                return op.id
+        return None
+
+    def _rollback(self, c: ClusterRow, a: Action) -> None:
+        """Legacy mode: a group cannot reach its count. A create rolls back to nothing (then Failed);
+        an update goes back to the groups and counts it started from."""
+        name, msg = c.name, a.reason
+        ops = self.store.operations(name, "InProgress")
+        if c.status == "Creating" or c.in_service_at is None:
+            self.store.update_cluster(name, status="RollingBack", failure_message=msg)
+            self.store.update_group(name, a.group, status="Failed")
+            for op in ops:
+                self.store.finish_operation(op.id, "Failed", msg, when=self.clock())
+            self.store.add_event(name, "Cluster", "Error", f"cluster {name} is RollingBack: {msg}", grp=a.group)
+            return
+        undo = next((op.undo for op in ops if op.kind in SCALING and op.undo), None)
+        with self.store.tx():
+            if undo:
+                before = {g["name"]: g for g in undo.get("groups", [])}
+                for g in self.store.groups(name):
+                    if g.name not in before:
+                        self.store.update_group(name, g.name, status="Deleting", target_count=0)
+                for gd in before.values():
+                    self.store.put_group(GroupRow(**{**gd, "status": "Updating"}))
+                self.store.update_cluster(name, spec=undo["spec"])
+            self.store.update_cluster(name, status="RollingBack", failure_message=f"UpdateCluster rolled back: {msg}")
+            for op in ops:
+                self.store.finish_operation(op.id, "Failed", msg, when=self.clock())
+        self.store.add_event(name, "Cluster", "Error", f"cluster {name} is RollingBack the update: {msg}", grp=a.group)
+
+    # ------------------------------------------------------------------ capacity
+    def _apply_arrivals(self) -> None:
+        now = self.clock()
+        for aid, t, due, count in self.store.pending_arrivals():
+            if due > now:
+                continue
+            res = self.store.apply_arrival(aid)
+            if res is None:
+                continue
+            waiting = self.store.retry_now(t)
+            for c in self.store.clusters():
+                if any(g.instance_type == t for g in self.store.groups(c.name)):
+                    self.store.add_event(c.name, "Cluster", "Info",
+                                         f"capacity arrived: {count} more {t} (now {res[1]} available); "
+                                         f"{waiting} waiting node(s) retry now")
+
+    def capacity_released(self, *instance_types: str | None) -> None:
+        """Nodes of these types left: waiting nodes of the types try again at once."""
+        for t in instance_types:
+            if t:
+                self.store.retry_now(t)
+
+    # ------------------------------------------------------------------ failures
+    def _fail(self, cluster: str, node: str, message: str, *, keep_phase: bool = False,
+              permanent: bool = False, level: str = "Error") -> None:
+        """The node failed a step: Failure with the reason; retried after a backoff, or never by
+        itself when `permanent` (retry_at NO_RETRY: the planner leaves it alone)."""
+        n = self.store.node(cluster, node)
+        if n is None:
+            return
+        attempts = n.attempts + 1
+        if permanent and not keep_phase:
+            vals = {"message": f"{message[:400]} (permanent; {PERMANENT_HINT})", "attempts": attempts,
+                    "retry_at": NO_RETRY, "phase": "failed"}
+            said = f"{node}: {message[:300]} (permanent failure, not retried)"
+        else:
+            delay = backoff(attempts, self.rng, self.backoff_base, self.backoff_max)
+            vals = {"message": message[:500], "attempts": attempts, "retry_at": self.clock() + delay}
+            if not keep_phase:
+                vals["phase"] = "failed"
+            said = (f"{node}: {message[:300]} (retry {attempts} in {delay:.0f} s)" if level == "Error"
+                    else f"{node}: {message} (next try in {delay:.0f} s)")
+        self.store.update_node(cluster, node, **vals)
+        self.store.add_event(cluster, "Instance", level, said, grp=n.grp, node=node,
+                             operation_id=self._op_of(cluster, node, n.grp))
+
+    def _short(self, cluster: str, a: Action) -> None:
+        """No capacity of the node's type: it waits (a Warning), retried with backoff or on arrival."""
+        self._fail(cluster, a.node, a.reason, level="Warning")
+
+    def _keep_lost(self, cluster: str, a: Action) -> None:
+        """NodeRecovery None: the VM died; the node stays Failure until someone replaces or deletes it."""
+        msg = (f"VM {a.reason}; not replaced because NodeRecovery is None "
+               "(BatchReplaceClusterNodes replaces it, BatchDeleteClusterNodes removes it)")
+        self.store.update_node(cluster, a.node, phase="lost", message=msg)
+        self.store.add_event(cluster, "Instance", "Error", f"{a.node}: {msg}", grp=a.group, node=a.node)
+
+    # ------------------------------------------------------------------ node records
+    def _fill_addresses(self, c: ClusterRow, prov: Provider, nodes: list[NodeRow]) -> None:
+        """Records written without an address (BatchAddClusterNodes) get one, and an instance id."""
+        bare = [n for n in nodes if not n.address]
+        if not bare:
+            return
+        used = {n.address for n in nodes if n.address}
+        for n in bare:
+            address, mac = prov.allocate(c.name, n.name, used, c.net_index)
+            used.add(address)
+            vals = {"address": address, "mac": mac}
+            if not n.instance_id:
+                vals["instance_id"] = instance_id(c.name, n.name, prov.id_prefix, n.generation)
+            self.store.update_node(c.name, n.name, **vals)
+            for k, v in vals.items():
+                setattr(n, k, v)
+        self._dirty.add(c.name)
+
+    def _create_node(self, c: ClusterRow, prov: Provider, g: GroupRow, ordinal: int, addresses: set[str]) -> None:
+        name = f"{c.name}-{g.name}-{ordinal}"
+        address, mac = prov.allocate(c.name, name, addresses, c.net_index)
+        addresses.add(address)
+        added = self.store.add_node(NodeRow(cluster=c.name, name=name, grp=g.name, ordinal=ordinal,
+                                            instance_id=instance_id(c.name, name, prov.id_prefix),
+                                            address=address, mac=mac, phase="planned"), if_absent=True)
+        if added:
+            self._dirty.add(c.name)
+            self.store.add_event(c.name, "Instance", "Info", f"node {name} planned ({address})", grp=g.name, node=name,
+                                 operation_id=self._op_of(c.name, group=g.name))
+
+    def _new_instance(self, cluster: str, n: NodeRow, prov: Provider, message: str) -> None:
+        """The node gets a fresh instance under the same name (a new generation and instance id)."""
+        gen = n.generation + 1
+        self.store.update_node(cluster, n.name, phase="planned", booted_at=None, configured_at=None, attempts=0,
+                               retry_at=0, generation=gen, instance_id=instance_id(cluster, n.name, prov.id_prefix, gen),
+                               message=message)
+
+    async def _prepare(self, c: ClusterRow, prov: Provider, gmap: dict[str, GroupRow], nodes: list[NodeRow]) -> None:
+        box = (c.spec.get("Lab") or {}).get("Box")
+        machines = [MachineSpec(n.name, n.grp, gmap[n.grp].cpus, gmap[n.grp].memory_mib, n.mac, n.address,
+                                gmap[n.grp].node_type)
+                    for n in nodes if n.grp in gmap and n.address]
+        self._dirty.discard(c.name)
+        self._prepared.add(c.name)
+        await prov.prepare_async(c.name, machines, c.net_index, box)
+
+    def _machine(self, cluster: str, n: NodeRow) -> MachineSpec:
+        g = self._group(cluster, n.grp)
+        return MachineSpec(n.name, n.grp, g.cpus, g.memory_mib, n.mac, n.address, g.node_type)
+
+    def _group(self, cluster: str, group: str) -> GroupRow:
+        snap = self._snap.get(cluster)
+        g = snap[2].get(group) if snap else None
+        if g is None:
+            g = next(x for x in self.store.groups(cluster) if x.name == group)
+        return g
