@@ -265,8 +265,7 @@ def create_cluster(
     if capacity_file:
         capacity.load(capacity_file)  # validate before anything changes
     st = _store()
-    if st.cluster(sp.name):
-        clusters.create(st, sp, provider=provider, start_engine=False)  # raises the name clash before touching the host
+    clusters.check_new(st, sp.name)  # the name clash (or the lab's limit) before touching the host
     if provider == "vagrant":
         libvirtd.up()
     if capacity_file:
@@ -309,11 +308,11 @@ def describe_cluster(
 @app.command("list-clusters")
 def list_clusters(output: Output = OutputOpt) -> None:
     """Every cluster of this lab with its status."""
-    from lab.engine import clusters
+    from lab.osutil import iso
 
     st = _store()
     items = [{"ClusterName": c.name, "ClusterArn": c.arn, "ClusterStatus": c.status,
-              "CreationTime": clusters._ts(c.created_at)} for c in st.clusters()]
+              "CreationTime": iso(c.created_at)} for c in st.clusters()]
     if output == Output.json:
         print_json({"ClusterSummaries": items})
     else:
