@@ -4,6 +4,7 @@ Debian's mirror, cached by the hash of its inputs, added to Vagrant as a libvirt
     build()        make sure the box from the current inputs is added to Vagrant (builds if needed)
     list_boxes()   boxes added to Vagrant, which are slurmlab-built, which are current
     is_current()   the named box is added and was built from the current inputs
+    require()      the named box (or the default) is ready for VMs, else NotFound with the fix
     inputs_hash()  the cache key: recipe (suite, mirror, packages, ...) + customize.sh
 
 See docs/box.md.
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab.errors import CommandFailed, HostError, LabError
+from lab.errors import CommandFailed, HostError, LabError, NotFound
 
 from . import builder as _b
 from . import recipe as _recipe
@@ -25,7 +26,7 @@ from . import vagrant as _vg
 
 DEFAULT_BOX = "slurmlab/trixie-slurm"
 
-__all__ = ["DEFAULT_BOX", "BoxInfo", "build", "inputs_hash", "is_current", "list_boxes"]
+__all__ = ["DEFAULT_BOX", "BoxInfo", "build", "inputs_hash", "is_current", "list_boxes", "require"]
 
 
 @dataclass
@@ -151,3 +152,15 @@ def list_boxes() -> list[BoxInfo]:
         info.provider, info.version = box.provider, box.version
         result.append(info)
     return result
+
+
+def require(name: str | None) -> None:
+    """The spec's box (or the default) must be added to Vagrant before any VM starts."""
+    name = name or DEFAULT_BOX
+    if name == DEFAULT_BOX:
+        if not is_current(name):
+            raise NotFound(f"box {name} is missing or out of date", "slurmlab box build")
+        return
+    if not any(b.name == name and b.added for b in list_boxes()):
+        raise NotFound(f"box {name} (Lab.Box in the spec) is not added to Vagrant",
+                       f"vagrant box add --name {name} FILE.box, or remove Lab.Box to use {DEFAULT_BOX}")
