@@ -208,7 +208,7 @@ def up(
     progress = Progress(output == Output.json)
     sp = create.load(spec, users)
     r = bring_up(sp, users_given=users is not None, timeout=timeout, progress=progress, box_progress=box_progress,
-                 on_change=Watcher(output == Output.json))
+                 watcher=lambda: Watcher(output == Output.json))
     st, name, entry, result = r.store, r.name, r.entry, r.first_job
     if output == Output.json:
         print_json({**with_accounts(clusters.describe(st, name), name), "FirstJob": result,

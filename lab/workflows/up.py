@@ -21,8 +21,9 @@ class Up:
 
 
 def up(sp, *, users_given: bool, timeout: float, progress: Progress, box_progress: Progress,
-       on_change=None) -> Up:
-    """Bring the cluster of spec `sp` up and run a first job; raises LabError when it fails."""
+       watcher: Callable[[], Callable] | None = None) -> Up:
+    """Bring the cluster of spec `sp` up and run a first job; raises LabError when it fails.
+    `watcher()` makes the on_change callback of the wait (made when the wait starts: its clock)."""
     from lab import box
     from lab.engine import clusters, daemon
     from lab.host import libvirtd
@@ -41,7 +42,7 @@ def up(sp, *, users_given: bool, timeout: float, progress: Progress, box_progres
         if users_given:
             progress(f"--users ignored: cluster {sp.name} exists (change its accounts with slurmlab users add/remove)")
         daemon.ensure_running()
-    d = clusters.wait(st, sp.name, "FullSize", on_change=on_change, timeout=timeout)
+    d = clusters.wait(st, sp.name, "FullSize", on_change=watcher() if watcher else None, timeout=timeout)
     if d["ClusterStatus"] == "Failed":
         raise LabError(f"cluster {sp.name} failed: {d.get('FailureMessage')}")
     result = run_first_job(st, sp.name, progress)
