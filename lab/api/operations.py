@@ -26,7 +26,7 @@ from lab.spec.problems import Problem, SpecInvalid
 from lab.store.db import Store
 
 DEFAULT_PAGE = 100  # MaxResults when a list request gives none (the model's maximum)
-MAX_CLUSTERS = 249  # the lab gives each cluster its own /24 network: 10.x.<1..249>
+MAX_CLUSTERS = clusters.MAX_CLUSTERS  # the engine's limit, named in the error message
 CLIENT_TOKEN_TTL = 8 * 3600  # BatchAddClusterNodes.ClientToken: "valid for 8 hours"
 
 
@@ -155,17 +155,19 @@ def create_cluster(lab: Lab, body: dict) -> dict:
     except SpecInvalid as e:
         raise spec_error(e) from None
     with lab.create_lock:  # one at a time: the name check and the network index must not race
-        if lab.store.cluster(spec.name) is not None:
+        try:
+            clusters.check_new(lab.store, spec.name)  # the engine's checks, before the host set-up
+        except clusters.NameTaken:
             raise ApiError("ResourceInUse", f"ClusterName: a cluster named '{spec.name}' already exists "
-                           "(pick another name, or DeleteCluster it first)")
-        if len(lab.store.clusters()) >= MAX_CLUSTERS:
+                           "(pick another name, or DeleteCluster it first)") from None
+        except clusters.ClusterLimit:
             raise ApiError("ResourceLimitExceeded", f"ClusterName: the lab holds at most {MAX_CLUSTERS} clusters; "
-                           "delete one first")
+                           "delete one first") from None
         if lab.before_create:
             lab.before_create(spec)
         try:
             row = clusters.create(lab.store, spec, provider=lab.provider, start_engine=False)
-        except sqlite3.IntegrityError:
+        except (sqlite3.IntegrityError, clusters.NameTaken):
             raise ApiError("ResourceInUse", f"ClusterName: a cluster named '{spec.name}' already exists") from None
     lab.engine()
     return {"ClusterArn": row.arn}
@@ -374,9 +376,8 @@ def events_of(lab: Lab, name: str, **filters) -> list[dict]:
 
 def list_cluster_events(lab: Lab, body: dict) -> dict:
     name = cluster_name(lab, body["ClusterName"])
-    items = events_of(lab, name, **{k: body[k] for k in EVENT_FILTERS if body.get(k) is not None})
-    if body.get("SortOrder", "Descending") == "Descending":  # the model's default
-        items.reverse()
+    items = events_of(lab, name, SortOrder=body.get("SortOrder", "Descending"),  # the model's default
+                      **{k: body[k] for k in EVENT_FILTERS if body.get(k) is not None})
     page, nxt = _page(items, body, "events")
     out: dict[str, Any] = {"Events": page}
     if nxt:

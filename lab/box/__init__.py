@@ -4,9 +4,12 @@ Debian's mirror, cached by the hash of its inputs, added to Vagrant as a libvirt
     build()        make sure the box from the current inputs is added to Vagrant (builds if needed)
     list_boxes()   boxes added to Vagrant, which are slurmlab-built, which are current
     is_current()   the named box is added and was built from the current inputs
+    require()      the named box (or the default) is ready for VMs, else NotFound with the fix
     inputs_hash()  the cache key: recipe (suite, mirror, packages, ...) + customize.sh
 
-See docs/box.md.
+Stages of a build: preflight (root, tools, space), cache (paths, lock, pruning), process (the
+commands, build.log, SIGTERM), image (build_image, stage by stage), install (vagrant box add),
+teardown (work directories of failed or killed builds). See docs/box.md.
 """
 
 from __future__ import annotations
@@ -17,15 +20,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab.errors import CommandFailed, HostError, LabError
+from lab.errors import CommandFailed, HostError, LabError, NotFound
 
-from . import builder as _b
+from . import cache as _cache
+from . import image as _image
+from . import install as _install
+from . import preflight as _pre
+from . import process as _proc
 from . import recipe as _recipe
+from . import teardown as _td
 from . import vagrant as _vg
 
 DEFAULT_BOX = "slurmlab/trixie-slurm"
 
-__all__ = ["DEFAULT_BOX", "BoxInfo", "build", "inputs_hash", "is_current", "list_boxes"]
+__all__ = ["DEFAULT_BOX", "BoxInfo", "build", "inputs_hash", "is_current", "list_boxes", "require"]
 
 
 @dataclass
@@ -63,7 +71,7 @@ def is_current(name: str = DEFAULT_BOX) -> bool:
 
 
 def _cached(h: str) -> tuple[Path | None, int | None]:
-    f = _b.box_file(h)
+    f = _cache.box_file(h)
     with contextlib.suppress(OSError):
         return f, f.stat().st_size
     return None, None
@@ -103,40 +111,40 @@ def build(
         if marker and marker.get("inputs_hash") == h:
             progress(f"box up to date: {name} ({h})")
             with contextlib.suppress(LabError):  # best effort: never fail an up-to-date build
-                _b.cleanup_stale_if_idle(progress)
+                _td.cleanup_stale_if_idle(progress)
             return _info(name, h, marker, added=True)
 
-    say = _b.Clock(progress)
-    with _b._sigterm_raises(), _b.build_lock(progress):
+    say = _image.Clock(progress)
+    with _proc.sigterm_raises(), _cache.build_lock(progress):
         marker = _added_marker(name)
         if not force and marker and marker.get("inputs_hash") == h:
             progress(f"box up to date: {name} ({h})")  # another process built it meanwhile
             return _info(name, h, marker, added=True)
 
-        box = _b.box_file(h)
+        box = _cache.box_file(h)
         if force or not box.is_file():
-            if _b.is_root():
-                _b.cleanup_stale(progress)  # before the space check: stale dirs hold space
-            _b.check_build_host(_b.boxes_dir())
+            if _pre.is_root():
+                _td.cleanup_stale(progress)  # before the space check: stale dirs hold space
+            _pre.check_build_host(_cache.boxes_dir())
             progress(f"building box {name} from inputs {h}")
             recipe = _recipe.default_recipe()
             script_text = _recipe.CUSTOMIZE_SCRIPT.read_text()
             if _recipe.inputs_hash(recipe, script_text) != h:
                 raise HostError("the box recipe changed while the build started", "run the build again")
-            box = _b.build_image(name, h, recipe, script_text, say)
-            _b.prune_cache(keep=h)
+            box = _image.build_image(name, h, recipe, script_text, say)
+            _cache.prune_cache(keep=h)
         else:
-            _b.check_tools(_b.ADD_TOOLS)
+            _pre.check_tools(_pre.ADD_TOOLS)
             progress(f"box {h} is in the cache: {box}")
-        _b.vagrant_add(name, box, h, say)
+        _install.vagrant_add(name, box, h, say)
         return _info(name, h, _added_marker(name), added=True)
 
 
 def list_boxes() -> list[BoxInfo]:
     """All boxes added to Vagrant, with slurmlab's marker (if any) and whether it is current."""
-    _b.check_tools(_b.ADD_TOOLS)
+    _pre.check_tools(_pre.ADD_TOOLS)
     cmd = ["vagrant", "box", "list", "--machine-readable"]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=_b._env(), check=False)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=_proc.env(), check=False)
     if r.returncode != 0:
         raise CommandFailed(cmd, r.returncode, r.stdout + r.stderr)
     result = []
@@ -151,3 +159,15 @@ def list_boxes() -> list[BoxInfo]:
         info.provider, info.version = box.provider, box.version
         result.append(info)
     return result
+
+
+def require(name: str | None) -> None:
+    """The spec's box (or the default) must be added to Vagrant before any VM starts."""
+    name = name or DEFAULT_BOX
+    if name == DEFAULT_BOX:
+        if not is_current(name):
+            raise NotFound(f"box {name} is missing or out of date", "slurmlab box build")
+        return
+    if not any(b.name == name and b.added for b in list_boxes()):
+        raise NotFound(f"box {name} (Lab.Box in the spec) is not added to Vagrant",
+                       f"vagrant box add --name {name} FILE.box, or remove Lab.Box to use {DEFAULT_BOX}")

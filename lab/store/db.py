@@ -2,7 +2,8 @@
 
 Several processes use the file at once (the engine, the CLI, the API server); each change is one
 transaction, and `snapshot()` reads a cluster, its groups and its nodes in one read transaction so
-the engine never plans from a half-applied request.
+the engine never plans from a half-applied request. The tables and their upgrades: lab/store/schema.py;
+the row types: lab/store/rows.py (imported from here too).
 """
 
 from __future__ import annotations
@@ -13,169 +14,19 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict
 from pathlib import Path
 
-SCHEMA_VERSION = 3
+from lab.store import schema
+from lab.store.rows import NODE_COLS, ClusterRow, EventRow, GroupRow, NodeRow, OperationRow, node_of, row_of
+from lab.store.schema import SCHEMA_VERSION
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS clusters (
-  name TEXT PRIMARY KEY, arn TEXT NOT NULL, status TEXT NOT NULL, failure_message TEXT,
-  spec TEXT NOT NULL, provider TEXT NOT NULL, net_index INTEGER NOT NULL,
-  created_at REAL NOT NULL, in_service_at REAL, full_size_at REAL
-);
-CREATE TABLE IF NOT EXISTS groups (
-  cluster TEXT NOT NULL, name TEXT NOT NULL, instance_type TEXT NOT NULL, node_type TEXT NOT NULL,
-  target_count INTEGER NOT NULL, partitions TEXT NOT NULL, cpus INTEGER NOT NULL, memory_mib INTEGER NOT NULL,
-  status TEXT NOT NULL, PRIMARY KEY (cluster, name)
-);
-CREATE TABLE IF NOT EXISTS nodes (
-  cluster TEXT NOT NULL, name TEXT NOT NULL, grp TEXT NOT NULL, ordinal INTEGER NOT NULL,
-  instance_id TEXT NOT NULL, address TEXT NOT NULL, mac TEXT NOT NULL,
-  phase TEXT NOT NULL, message TEXT NOT NULL DEFAULT '', attempts INTEGER NOT NULL DEFAULT 0,
-  retry_at REAL NOT NULL DEFAULT 0, launched_at REAL, booted_at REAL, joined_at REAL,
-  pending TEXT, generation INTEGER NOT NULL DEFAULT 0, configured_at REAL,
-  PRIMARY KEY (cluster, name)
-);
-CREATE TABLE IF NOT EXISTS events (
-  id INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL, cluster TEXT NOT NULL, grp TEXT, node TEXT,
-  resource_type TEXT NOT NULL, level TEXT NOT NULL, description TEXT NOT NULL,
-  operation_id TEXT, instance_id TEXT
-);
-CREATE INDEX IF NOT EXISTS events_cluster ON events (cluster, id);
-CREATE TABLE IF NOT EXISTS capacity (instance_type TEXT PRIMARY KEY, available INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS arrivals (
-  id INTEGER PRIMARY KEY AUTOINCREMENT, instance_type TEXT NOT NULL, due REAL NOT NULL,
-  count INTEGER NOT NULL, applied INTEGER NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS operations (
-  id TEXT PRIMARY KEY, cluster TEXT NOT NULL, kind TEXT NOT NULL, groups TEXT NOT NULL, nodes TEXT NOT NULL,
-  status TEXT NOT NULL, created_at REAL NOT NULL, finished_at REAL, message TEXT NOT NULL DEFAULT '',
-  undo TEXT
-);
-CREATE INDEX IF NOT EXISTS operations_cluster ON operations (cluster, status);
-"""
-
-# Columns added after schema 1: (table, column, declaration). An older file is upgraded in place.
-ADDED_COLUMNS = [
-    # schema 2
-    ("nodes", "pending", "TEXT"),
-    ("nodes", "generation", "INTEGER NOT NULL DEFAULT 0"),
-    ("events", "operation_id", "TEXT"),
-    ("events", "instance_id", "TEXT"),
-    # schema 3
-    ("nodes", "configured_at", "REAL"),
-]
+__all__ = ["SCHEMA_VERSION", "ClusterRow", "EventRow", "GroupRow", "NodeRow", "OperationRow", "Store"]
 
 
-@dataclass
-class ClusterRow:
-    name: str
-    arn: str
-    status: str
-    failure_message: str | None
-    spec: dict
-    provider: str
-    net_index: int
-    created_at: float
-    in_service_at: float | None = None
-    full_size_at: float | None = None
-
-
-@dataclass
-class GroupRow:
-    cluster: str
-    name: str
-    instance_type: str
-    node_type: str
-    target_count: int
-    partitions: list[str]
-    cpus: int
-    memory_mib: int
-    status: str
-
-
-@dataclass
-class NodeRow:
-    cluster: str
-    name: str
-    grp: str
-    ordinal: int
-    instance_id: str
-    address: str
-    mac: str
-    phase: str
-    message: str = ""
-    attempts: int = 0
-    retry_at: float = 0.0
-    launched_at: float | None = None
-    booted_at: float | None = None
-    joined_at: float | None = None
-    pending: str | None = None  # a request on the node: delete | reboot | replace (written by the API side)
-    generation: int = 0  # bumped each time the node gets a new instance (replace, recovery)
-    # when a compute node last became `configured` (the join batching window reads it); None: not
-    # configured since its VM (re)started, or a row written before schema 3
-    configured_at: float | None = None
-
-
-@dataclass
-class EventRow:
-    id: int
-    time: float
-    cluster: str
-    grp: str | None
-    node: str | None
-    resource_type: str
-    level: str
-    description: str
-    operation_id: str | None = None
-    instance_id: str | None = None
-
-
-@dataclass
-class OperationRow:
-    """One API request that changes the cluster (UpdateCluster, BatchAddClusterNodes, ...), in flight
-    until the engine sees its groups (or nodes) settled."""
-
-    id: str
-    cluster: str
-    kind: str
-    groups: list[str]
-    nodes: list[str]
-    status: str  # InProgress | Completed | Failed
-    created_at: float
-    finished_at: float | None = None
-    message: str = ""
-    undo: dict | None = field(default=None)
-
-
-_JSON = {"spec", "partitions", "groups", "nodes", "undo"}
-_FIELDS: dict[type, tuple[str, ...]] = {}
-
-
-def _row(cls, r: sqlite3.Row):
-    names = _FIELDS.get(cls)
-    if names is None:
-        names = _FIELDS[cls] = tuple(f.name for f in fields(cls))
-    keys = r.keys()
-    vals = {}
-    for k in names:
-        if k not in keys:
-            continue
-        v = r[k]
-        if k in _JSON and isinstance(v, str):
-            v = json.loads(v)
-        vals[k] = v
-    return cls(**vals)
-
-
-def _node_row(r: tuple) -> NodeRow:
-    # The hot path (every engine step reads every node): positional, no dict.
-    return NodeRow(*r)
-
-
-_NODE_COLS = ",".join(f.name for f in fields(NodeRow))
+def _insert(db: sqlite3.Connection, table: str, d: dict, verb: str = "INSERT") -> sqlite3.Cursor:
+    """`verb` INTO `table` the columns and values of `d`."""
+    return db.execute(f"{verb} INTO {table} ({','.join(d)}) VALUES ({','.join('?' * len(d))})", tuple(d.values()))
 
 
 class Store:
@@ -188,23 +39,7 @@ class Store:
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
-        got = None
-        if self._db.execute("SELECT 1 FROM sqlite_master WHERE name='meta'").fetchone():
-            got = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        if got is not None and int(got[0]) > SCHEMA_VERSION:
-            raise RuntimeError(f"state schema {got[0]} is newer than {SCHEMA_VERSION}: move {path} away")
-        self._db.executescript(SCHEMA)
-        self._migrate()
-        if got is None:
-            self._db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-
-    def _migrate(self) -> None:
-        with self.tx() as db:
-            for table, col, decl in ADDED_COLUMNS:
-                have = {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
-                if col not in have:
-                    db.execute(f"ALTER TABLE {table} ADD COLUMN {col} {decl}")
-            db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        schema.prepare(self._db, path, self.tx)
 
     @contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
@@ -257,14 +92,14 @@ class Store:
         with self.tx() as db:
             d = asdict(c)
             d["spec"] = json.dumps(d["spec"])
-            db.execute(f"INSERT INTO clusters ({','.join(d)}) VALUES ({','.join('?' * len(d))})", tuple(d.values()))
+            _insert(db, "clusters", d)
             for g in groups:
                 self._put_group(db, g)
 
     def _put_group(self, db, g: GroupRow) -> None:
         d = asdict(g)
         d["partitions"] = json.dumps(d["partitions"])
-        db.execute(f"INSERT OR REPLACE INTO groups ({','.join(d)}) VALUES ({','.join('?' * len(d))})", tuple(d.values()))
+        _insert(db, "groups", d, "INSERT OR REPLACE")
 
     def put_group(self, g: GroupRow) -> None:
         with self.tx() as db:
@@ -277,12 +112,12 @@ class Store:
     def cluster(self, name: str) -> ClusterRow | None:
         with self._lock:
             r = self._db.execute("SELECT * FROM clusters WHERE name=?", (name,)).fetchone()
-        return _row(ClusterRow, r) if r else None
+        return row_of(ClusterRow, r) if r else None
 
     def clusters(self) -> list[ClusterRow]:
         with self._lock:
             rows = self._db.execute("SELECT * FROM clusters ORDER BY created_at").fetchall()
-        return [_row(ClusterRow, r) for r in rows]
+        return [row_of(ClusterRow, r) for r in rows]
 
     def update_cluster(self, name: str, **vals) -> None:
         if "spec" in vals and not isinstance(vals["spec"], str):
@@ -300,7 +135,7 @@ class Store:
     def groups(self, cluster: str) -> list[GroupRow]:
         with self._lock:
             rows = self._db.execute("SELECT * FROM groups WHERE cluster=? ORDER BY rowid", (cluster,)).fetchall()
-        return [_row(GroupRow, r) for r in rows]
+        return [row_of(GroupRow, r) for r in rows]
 
     def update_group(self, cluster: str, name: str, **vals) -> None:
         with self.tx() as db:
@@ -316,36 +151,34 @@ class Store:
             try:
                 r = self._db.execute("SELECT * FROM clusters WHERE name=?", (cluster,)).fetchone()
                 groups = self._db.execute("SELECT * FROM groups WHERE cluster=? ORDER BY rowid", (cluster,)).fetchall()
-                cur = self._db.execute(f"SELECT {_NODE_COLS} FROM nodes WHERE cluster=? ORDER BY grp, ordinal", (cluster,))
+                cur = self._db.execute(f"SELECT {NODE_COLS} FROM nodes WHERE cluster=? ORDER BY grp, ordinal", (cluster,))
                 cur.row_factory = None
                 nodes = cur.fetchall()
             finally:
                 if own:
                     self._db.execute("COMMIT")
-        return (_row(ClusterRow, r) if r else None, [_row(GroupRow, g) for g in groups], [_node_row(n) for n in nodes])
+        return (row_of(ClusterRow, r) if r else None, [row_of(GroupRow, g) for g in groups], [node_of(n) for n in nodes])
 
     # ---------------------------------------------------------------- nodes
     def nodes(self, cluster: str) -> list[NodeRow]:
         with self._lock:
-            cur = self._db.execute(f"SELECT {_NODE_COLS} FROM nodes WHERE cluster=? ORDER BY grp, ordinal", (cluster,))
+            cur = self._db.execute(f"SELECT {NODE_COLS} FROM nodes WHERE cluster=? ORDER BY grp, ordinal", (cluster,))
             cur.row_factory = None
             rows = cur.fetchall()
-        return [_node_row(r) for r in rows]
+        return [node_of(r) for r in rows]
 
     def node(self, cluster: str, name: str) -> NodeRow | None:
         with self._lock:
-            cur = self._db.execute(f"SELECT {_NODE_COLS} FROM nodes WHERE cluster=? AND name=?", (cluster, name))
+            cur = self._db.execute(f"SELECT {NODE_COLS} FROM nodes WHERE cluster=? AND name=?", (cluster, name))
             cur.row_factory = None
             r = cur.fetchone()
-        return _node_row(r) if r else None
+        return node_of(r) if r else None
 
     def add_node(self, n: NodeRow, *, if_absent: bool = False) -> bool:
         """Insert a node; with if_absent, a name already taken is left alone (returns False)."""
         with self.tx() as db:
             d = asdict(n)
-            verb = "INSERT OR IGNORE" if if_absent else "INSERT"
-            cur = db.execute(f"{verb} INTO nodes ({','.join(d)}) VALUES ({','.join('?' * len(d))})", tuple(d.values()))
-            return cur.rowcount > 0
+            return _insert(db, "nodes", d, "INSERT OR IGNORE" if if_absent else "INSERT").rowcount > 0
 
     def update_node(self, cluster: str, name: str, **vals) -> None:
         with self.tx() as db:
@@ -366,7 +199,7 @@ class Store:
             d = asdict(op)
             for k in ("groups", "nodes", "undo"):
                 d[k] = json.dumps(d[k]) if d[k] is not None else None
-            db.execute(f"INSERT INTO operations ({','.join(d)}) VALUES ({','.join('?' * len(d))})", tuple(d.values()))
+            _insert(db, "operations", d)
 
     def operations(self, cluster: str, status: str | None = None) -> list[OperationRow]:
         q, args = "SELECT * FROM operations WHERE cluster=?", [cluster]
@@ -375,7 +208,7 @@ class Store:
             args.append(status)
         with self._lock:
             rows = self._db.execute(q + " ORDER BY created_at, rowid", args).fetchall()
-        return [_row(OperationRow, r) for r in rows]
+        return [row_of(OperationRow, r) for r in rows]
 
     def finish_operation(self, op_id: str, status: str, message: str = "", when: float | None = None) -> None:
         with self.tx() as db:
@@ -445,9 +278,9 @@ class Store:
             rows = self._db.execute(
                 "SELECT * FROM events WHERE cluster=? AND id>? ORDER BY id LIMIT ?", (cluster, after_id, limit)
             ).fetchall()
-        return [_row(EventRow, r) for r in rows]
+        return [row_of(EventRow, r) for r in rows]
 
     def event(self, cluster: str, event_id: int) -> EventRow | None:
         with self._lock:
             r = self._db.execute("SELECT * FROM events WHERE cluster=? AND id=?", (cluster, event_id)).fetchone()
-        return _row(EventRow, r) if r else None
+        return row_of(EventRow, r) if r else None

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from lab import box
-from lab.box import builder as b
+from lab.box import cache, image, install, preflight
 from lab.box import recipe as rc
+from lab.box import teardown as td
 from lab.box import vagrant as vg
 from lab.errors import HostError
 
@@ -276,10 +277,10 @@ def test_parse_box_list_empty_and_architecture():
 
 
 def test_parse_losetup_json():
-    assert b.parse_losetup_json(LOSETUP_JSON, Path("/c/boxes/.work-abc")) == ["/dev/loop0"]
-    assert b.parse_losetup_json(LOSETUP_JSON, Path("/c/boxes/.work-old")) == ["/dev/loop1"]
-    assert b.parse_losetup_json(LOSETUP_JSON, Path("/c/boxes/.work-ab")) == []
-    assert b.parse_losetup_json("", Path("/x")) == []
+    assert td.parse_losetup_json(LOSETUP_JSON, Path("/c/boxes/.work-abc")) == ["/dev/loop0"]
+    assert td.parse_losetup_json(LOSETUP_JSON, Path("/c/boxes/.work-old")) == ["/dev/loop1"]
+    assert td.parse_losetup_json(LOSETUP_JSON, Path("/c/boxes/.work-ab")) == []
+    assert td.parse_losetup_json("", Path("/x")) == []
 
 
 def test_parse_mountinfo_deepest_first_and_escapes():
@@ -290,8 +291,8 @@ def test_parse_mountinfo_deepest_first_and_escapes():
         "92 27 0:5 / /c/.work-10/x rw - tmpfs tmpfs rw\n"
         "93 27 0:5 / /c/a\\040b/m rw - tmpfs tmpfs rw\n"
     )
-    assert b.parse_mountinfo(text, Path("/c/.work-1")) == ["/c/.work-1/mnt/proc", "/c/.work-1/mnt"]
-    assert b.parse_mountinfo(text, Path("/c/a b")) == ["/c/a b/m"]
+    assert td.parse_mountinfo(text, Path("/c/.work-1")) == ["/c/.work-1/mnt/proc", "/c/.work-1/mnt"]
+    assert td.parse_mountinfo(text, Path("/c/a b")) == ["/c/a b/m"]
 
 
 # ------------------------------------------------------------------ vagrant box directory, build() paths
@@ -342,7 +343,7 @@ def test_build_up_to_date_does_nothing(homes, monkeypatch):
 
 def test_build_cached_box_is_only_added(homes, monkeypatch):
     h = box.inputs_hash()
-    cached = b.box_file(h)
+    cached = cache.box_file(h)
     cached.parent.mkdir(parents=True)
     cached.write_bytes(b"tar")
     calls = []
@@ -351,43 +352,43 @@ def test_build_cached_box_is_only_added(homes, monkeypatch):
         calls.append((name, path, hh))
         _add_fake_box(homes / "vagrant", name, hh)
 
-    monkeypatch.setattr(b, "vagrant_add", fake_add)
-    monkeypatch.setattr(b, "build_image", _no_subprocess)
-    monkeypatch.setattr(b.os, "geteuid", lambda: 1000)  # adding a cached box needs no root
-    monkeypatch.setattr(b, "check_tools", lambda tools: None)
+    monkeypatch.setattr(install, "vagrant_add", fake_add)
+    monkeypatch.setattr(image, "build_image", _no_subprocess)
+    monkeypatch.setattr(preflight.os, "geteuid", lambda: 1000)  # adding a cached box needs no root
+    monkeypatch.setattr(preflight, "check_tools", lambda tools: None)
     info = box.build("lab/test")
     assert calls == [("lab/test", cached, h)]
     assert info.path == cached and info.size_bytes == 3 and info.added
 
 
 def test_build_needs_root(homes, monkeypatch):
-    monkeypatch.setattr(b.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(preflight.os, "geteuid", lambda: 1000)
     with pytest.raises(HostError) as e:
         box.build()
     assert "root" in e.value.message and e.value.fix
 
 
 def test_missing_tool_names_the_debian_package(monkeypatch):
-    monkeypatch.setattr(b.shutil, "which", lambda tool, path=None: None if tool == "extlinux" else "/bin/x")
+    monkeypatch.setattr(preflight.shutil, "which", lambda tool, path=None: None if tool == "extlinux" else "/bin/x")
     with pytest.raises(HostError) as e:
-        b.check_tools(b.BUILD_TOOLS)
+        preflight.check_tools(preflight.BUILD_TOOLS)
     assert e.value.fix == "apt-get install extlinux"
 
 
 def test_not_enough_space(tmp_path, monkeypatch):
-    monkeypatch.setattr(b.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(b, "check_tools", lambda tools: None)
-    monkeypatch.setattr(b, "MBR_BIN", Path(__file__))
-    monkeypatch.setattr(b.shutil, "disk_usage", lambda p: type("U", (), {"free": 1024**3})())
+    monkeypatch.setattr(preflight.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(preflight, "check_tools", lambda tools: None)
+    monkeypatch.setattr(preflight, "MBR_BIN", Path(__file__))
+    monkeypatch.setattr(preflight.shutil, "disk_usage", lambda p: type("U", (), {"free": 1024**3})())
     with pytest.raises(HostError) as e:
-        b.check_build_host(tmp_path / "not" / "yet")
+        preflight.check_build_host(tmp_path / "not" / "yet")
     assert "3.0 GiB" in e.value.message and "1.0 GiB" in e.value.message
 
 
 def test_list_boxes_marks_slurmlab_and_current(homes, monkeypatch):
     _add_fake_box(homes / "vagrant", "slurmlab/trixie-slurm", box.inputs_hash())
     _add_fake_box(homes / "vagrant", "other", None)
-    monkeypatch.setattr(b, "check_tools", lambda tools: None)
+    monkeypatch.setattr(preflight, "check_tools", lambda tools: None)
 
     def fake_run(cmd, **kw):
         assert cmd == ["vagrant", "box", "list", "--machine-readable"]
@@ -403,25 +404,25 @@ def test_list_boxes_marks_slurmlab_and_current(homes, monkeypatch):
 
 
 def test_cleanup_stale_tears_down_old_work_dirs(homes, monkeypatch):
-    stale = b.boxes_dir() / ".work-dead"
+    stale = cache.boxes_dir() / ".work-dead"
     (stale / "rootfs" / "etc").mkdir(parents=True)
-    keep = b.boxes_dir() / "0123456789abcdef"
+    keep = cache.boxes_dir() / "0123456789abcdef"
     keep.mkdir()
-    monkeypatch.setattr(b, "_mounts_under", lambda d: [])
-    monkeypatch.setattr(b, "_loops_under", lambda d: [])
+    monkeypatch.setattr(td, "_mounts_under", lambda d: [])
+    monkeypatch.setattr(td, "_loops_under", lambda d: [])
     said = []
-    b.cleanup_stale(said.append)
+    td.cleanup_stale(said.append)
     assert not stale.exists() and keep.exists() and "stale" in said[0]
 
 
 def test_teardown_never_deletes_across_a_mount(homes, monkeypatch):
-    work = b.boxes_dir() / ".work-busy"
+    work = cache.boxes_dir() / ".work-busy"
     work.mkdir(parents=True)
-    monkeypatch.setattr(b, "_mounts_under", lambda d: [str(d / "rootfs/dev")])
-    monkeypatch.setattr(b, "_loops_under", lambda d: [])
-    monkeypatch.setattr(b.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 32))
+    monkeypatch.setattr(td, "_mounts_under", lambda d: [str(d / "rootfs/dev")])
+    monkeypatch.setattr(td, "_loops_under", lambda d: [])
+    monkeypatch.setattr(td.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 32))
     with pytest.raises(HostError):
-        b.teardown(work)
+        td.teardown(work)
     assert work.exists()
 
 
@@ -432,13 +433,13 @@ def test_stop_orphans_only_kills_the_stale_builds_session(tmp_path):
     other = subprocess.Popen(["sh", "-c", "sleep 60 & wait", "unrelated"], start_new_session=True)
     try:
         (work / "session").write_text(f"{other.pid}\n")
-        b._stop_orphans(work, lambda s: None, grace=5)
+        td._stop_orphans(work, lambda s: None, grace=5)
         assert other.poll() is None  # its command line does not name the work dir: left alone
         (work / "session").write_text(f"{ours.pid}\n")
         said = []
-        b._stop_orphans(work, said.append, grace=5)
+        td._stop_orphans(work, said.append, grace=5)
         assert ours.wait(timeout=5) is not None and "2 processes" in said[0]
-        assert b._session_members(ours.pid) == []
+        assert td._session_members(ours.pid) == []
     finally:
         for p in (ours, other):
             p.kill()

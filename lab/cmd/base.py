@@ -1,0 +1,100 @@
+"""What every command module shares: the Typer apps, the --output option, the store, the renderers."""
+
+from __future__ import annotations
+
+import logging
+
+import typer
+
+from lab import __version__
+from lab.output import Output, Progress, err, out, print_json
+
+app = typer.Typer(
+    help="Real Slurm clusters from local VMs, provisioned the way SageMaker HyperPod does it.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+host_app = typer.Typer(help="The host: network namespace, libvirtd, storage pool.", no_args_is_help=True)
+box_app = typer.Typer(help="The VM box (Debian 13 + Slurm 24.11), built locally from Debian's mirror.",
+                      no_args_is_help=True)
+app.add_typer(host_app, name="host")
+app.add_typer(box_app, name="box")
+
+OutputOpt = typer.Option(Output.text, "--output", "-o", help="text for people, json for programs")
+
+
+@app.callback()
+def _root(verbose: bool = typer.Option(False, "--verbose", "-v", help="debug logging on stderr")) -> None:
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(name)s: %(message)s")
+
+
+@app.command()
+def version(output: Output = OutputOpt) -> None:
+    """Print slurmlab's version."""
+    if output == Output.json:
+        print_json({"version": __version__})
+    else:
+        out.print(f"slurmlab {__version__}")
+
+
+def store():
+    from lab.engine import daemon
+
+    return daemon.store()
+
+
+def box_progress(line: str) -> None:
+    """The box builder's lines carry their own elapsed time."""
+    err.print(line, markup=False, highlight=False)
+
+
+class Watcher:
+    """Prints what changed (cluster, groups, nodes) as timestamped lines on stderr."""
+
+    def __init__(self, quiet: bool = False):
+        self.progress = Progress(quiet)
+        self.seen: dict[str, tuple] = {}
+
+    def __call__(self, d: dict, nodes: list[dict]) -> None:
+        groups = "  ".join(f"{g['InstanceGroupName']} {g['CurrentCount']}/{g['TargetCount']} {g['Status']}"
+                           for g in d["InstanceGroups"])
+        key = (d["ClusterStatus"], groups)
+        if self.seen.get("_cluster") != key:
+            self.seen["_cluster"] = key
+            self.progress(f"[bold]{d['ClusterName']}[/bold] {d['ClusterStatus']}  {groups}")
+        for n in nodes:
+            st = n["InstanceStatus"]
+            k = (st.get("Status"), st.get("Message"))
+            if self.seen.get(n["NodeLogicalId"]) != k:
+                self.seen[n["NodeLogicalId"]] = k
+                msg = f" - {st['Message']}" if st.get("Message") else ""
+                self.progress(f"  {n['NodeLogicalId']:<28} {st.get('Status'):<8}{msg}")
+
+
+def print_cluster(d: dict) -> None:
+    out.print(f"{d['ClusterName']}  {d['ClusterStatus']}  ({d['Lab']['Provider']})")
+    if d.get("FailureMessage"):
+        out.print(f"  failure: {d['FailureMessage']}")
+    for g in d["InstanceGroups"]:
+        out.print(f"  {g['InstanceGroupName']:<14} {g['InstanceType']:<14} {g['CurrentCount']}/{g['TargetCount']}  {g['Status']}")
+
+
+def with_accounts(d: dict, name: str) -> dict:
+    """create-cluster's and up's JSON: the student accounts (and their password) under Lab.Users."""
+    from lab import users
+
+    acc = users.load(name)
+    if acc is not None:
+        d = {**d, "Lab": {**d.get("Lab", {}), "Users": {"Names": acc.names, "Password": acc.password,
+                                                         "Account": acc.account}}}
+    return d
+
+
+def print_accounts(name: str) -> None:
+    from lab import users
+
+    acc = users.load(name)
+    if acc is not None and acc.users:
+        out.print(f"student accounts: {users.name_range(acc.names)}  password: {acc.password}  "
+                  f"(slurmlab users show {name})", markup=False)

@@ -1,0 +1,224 @@
+"""The cluster commands (HyperPod's operations by name): create, describe, list, delete, the batch
+node operations, ssh, and `up`."""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import typer
+
+from lab import exitcodes
+from lab.cmd.base import OutputOpt, Watcher, app, box_progress, print_accounts, print_cluster, store, with_accounts
+from lab.errors import LabError
+from lab.output import Output, Progress, err, out, print_json
+
+
+@app.command("create-cluster")
+def create_cluster(
+    spec: str = typer.Option(..., "--spec", help="cluster spec (YAML, HyperPod CreateCluster field names)"),
+    wait: bool = typer.Option(False, "--wait", help="wait until the cluster has its full size (or fails)"),
+    wait_for: str = typer.Option("FullSize", help="with --wait: InService or FullSize"),
+    timeout: float = typer.Option(3600, help="seconds to wait at most"),
+    capacity_file: Optional[str] = typer.Option(None, "--capacity", help="capacity file (YAML) to apply first"),
+    provider: str = typer.Option("vagrant", "--provider",
+                                 help="vagrant (real VMs) or sim (simulated VMs, no Slurm inside: API practice)"),
+    users: Optional[int] = typer.Option(None, "--users", help="student accounts user01..userNN (sets Lab.Users.Count)"),
+    output: Output = OutputOpt,
+) -> None:
+    """Create a cluster from a spec: controller first, then login and compute nodes in parallel."""
+    from lab.engine import clusters
+    from lab.workflows import create
+
+    create.check_provider(provider)
+    sp = create.load(spec, users)
+    st, row = create.create(sp, provider=provider, capacity_file=capacity_file)
+    d = clusters.describe(st, row.name)
+    if wait:
+        d = clusters.wait(st, row.name, wait_for, on_change=Watcher(output == Output.json), timeout=timeout)
+    if output == Output.json:
+        print_json(with_accounts(d, row.name))
+    else:
+        print_cluster(d)
+        print_accounts(row.name)
+        if not wait:
+            out.print(f"watch it: slurmlab describe-cluster {row.name}   (engine log: {store().path.parent / 'engine.log'})")
+    if d.get("ClusterStatus") == "Failed":
+        raise typer.Exit(exitcodes.FAILURE)
+
+
+@app.command("describe-cluster")
+def describe_cluster(
+    name: str,
+    wait_for: Optional[str] = typer.Option(None, "--wait-for", help="InService or FullSize: watch until then"),
+    timeout: float = typer.Option(3600, help="seconds to wait at most"),
+    output: Output = OutputOpt,
+) -> None:
+    """Cluster status, and per instance group CurrentCount, TargetCount, Status."""
+    from lab.engine import clusters
+
+    st = store()
+    if wait_for:
+        if wait_for not in ("InService", "FullSize"):
+            raise LabError(f"--wait-for {wait_for}: unknown state", "use InService or FullSize")
+        d = clusters.wait(st, name, wait_for, on_change=Watcher(output == Output.json), timeout=timeout)
+    else:
+        d = clusters.describe(st, name)
+    print_json(d) if output == Output.json else print_cluster(d)
+
+
+@app.command("list-clusters")
+def list_clusters(output: Output = OutputOpt) -> None:
+    """Every cluster of this lab with its status."""
+    from lab.osutil import iso
+
+    st = store()
+    items = [{"ClusterName": c.name, "ClusterArn": c.arn, "ClusterStatus": c.status,
+              "CreationTime": iso(c.created_at)} for c in st.clusters()]
+    if output == Output.json:
+        print_json({"ClusterSummaries": items})
+    else:
+        for i in items or []:
+            out.print(f"{i['ClusterName']:<20} {i['ClusterStatus']:<12} {i['CreationTime']}")
+        if not items:
+            out.print("no clusters")
+
+
+@app.command("list-cluster-nodes")
+def list_cluster_nodes(name: str, output: Output = OutputOpt) -> None:
+    """Nodes with group, status (and why), address."""
+    from lab.engine import clusters
+
+    st = store()
+    nodes = clusters.list_nodes(st, name)
+    gpus = clusters.gpus(st, name)
+    if output == Output.json:
+        print_json({"ClusterNodeSummaries": [
+            {**n, "Lab": {"Gpus": (g := gpus.get(n["InstanceGroupName"], 0)), "GpusEmulated": g > 0}} for n in nodes]})
+        return
+    for n in nodes:
+        s = n["InstanceStatus"]
+        g = gpus.get(n["InstanceGroupName"], 0)
+        gpu = f"{g} GPU{'s' if g > 1 else ''} (emulated)" if g else ""
+        out.print(f"{n['NodeLogicalId']:<26} {n['InstanceGroupName']:<12} {s['Status']:<9} {n['PrivatePrimaryIp']:<14} "
+                  f"{gpu + '  ' if gpu else ''}{s.get('Message', '')}")
+
+
+@app.command("delete-cluster")
+def delete_cluster(
+    name: str,
+    wait: bool = typer.Option(True, "--wait/--no-wait", help="wait until every VM, volume and network is gone"),
+    output: Output = OutputOpt,
+) -> None:
+    """Delete a cluster: every domain, volume, network and key of it."""
+    from lab.engine import clusters
+
+    st = store()
+    clusters.delete(st, name)
+    if wait:
+        clusters.wait(st, name, "Deleted", on_change=Watcher(output == Output.json), timeout=900)
+    if output == Output.json:
+        print_json({"ClusterName": name, "Deleted": wait})
+    else:
+        out.print(f"{name} deleted" if wait else f"{name} is Deleting")
+
+
+# ---------------------------------------------------------------- node operations (HyperPod's Batch*ClusterNodes)
+def _batch_result(op: str, result: dict, output: Output) -> None:
+    """Print a Batch*ClusterNodes response; exit 1 when any node was refused (the others go ahead)."""
+    if output == Output.json:
+        print_json(result)
+    else:
+        done = result.get("SuccessfulNodeLogicalIds") or [r["NodeLogicalId"] for r in result.get("Successful", [])
+                                                          if isinstance(r, dict) and "NodeLogicalId" in r]
+        if done:
+            out.print(f"{op}: {', '.join(done)}  (watch: slurmlab list-cluster-nodes, describe-cluster --wait-for FullSize)")
+    failures = [*result.get("Failed", []), *result.get("FailedNodeLogicalIds", [])]
+    for f in failures:
+        who = f.get("NodeLogicalId") or f.get("NodeId") or f.get("InstanceGroupName")
+        err.print(f"error: {who}: {f.get('Code') or f.get('ErrorCode')}: {f.get('Message')}", markup=False, highlight=False)
+    if failures:
+        raise typer.Exit(exitcodes.FAILURE)
+
+
+@app.command("batch-add-cluster-nodes")
+def batch_add_cluster_nodes(
+    name: str,
+    group: str = typer.Argument(..., help="the instance group to grow"),
+    count: int = typer.Option(1, "--count", min=1, help="how many nodes to add (IncrementTargetCountBy)"),
+    output: Output = OutputOpt,
+) -> None:
+    """Scale out: add nodes to an instance group; they launch, configure and join Slurm in the background."""
+    from lab.engine import clusters
+
+    r = clusters.add_nodes(store(), name, [{"InstanceGroupName": group, "IncrementTargetCountBy": count}], start_engine=True)
+    _batch_result("adding", r, output)
+
+
+def _node_op(verb: str, fn_name: str):
+    def command(
+        name: str,
+        nodes: list[str] = typer.Argument(..., help="node names (NodeLogicalId) or instance ids"),
+        output: Output = OutputOpt,
+    ) -> None:
+        from lab.engine import clusters
+
+        _batch_result(verb, getattr(clusters, fn_name)(store(), name, nodes, start_engine=True), output)
+    return command
+
+
+app.command("batch-delete-cluster-nodes", help="Scale in: drain these nodes, take them out of Slurm (one reconfigure), "
+            "destroy their VMs; each group's target drops by one.")(_node_op("deleting", "delete_nodes"))
+app.command("batch-reboot-cluster-nodes", help="Restart these nodes' VMs; each is configured and joins Slurm again.")(
+    _node_op("rebooting", "reboot_nodes"))
+app.command("batch-replace-cluster-nodes", help="Replace these nodes with fresh VMs under the same names (new instance ids).")(
+    _node_op("replacing", "replace_nodes"))
+
+
+@app.command("ssh", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def ssh(ctx: typer.Context, name: str, node: str = typer.Argument(..., help="node name, or a group name for its first node")) -> None:
+    """Open a shell on a node (or run the command given after --), with the cluster's own key."""
+    from lab.engine import clusters
+    from lab.providers.vagrant import ssh_exe
+    from lab.workspace import ClusterDir
+
+    st = store()
+    clusters.get(st, name)
+    nodes = st.nodes(name)
+    match = next((n for n in nodes if n.name == node), None) or next((n for n in nodes if n.grp == node), None)
+    if match is None:
+        raise LabError(f"no node '{node}' in cluster {name}", f"list them: slurmlab list-cluster-nodes {name}")
+    cmd = [ssh_exe(), "-i", str(ClusterDir(name).ssh_key), "-o", "StrictHostKeyChecking=no",
+           "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", f"vagrant@{match.address}", *ctx.args]
+    os.execv(cmd[0], cmd)
+
+
+@app.command()
+def up(
+    spec: str = typer.Argument("examples/cluster.yaml", help="cluster spec"),
+    timeout: float = typer.Option(3600, help="seconds to wait at most"),
+    users: Optional[int] = typer.Option(None, "--users", help="student accounts user01..userNN (sets Lab.Users.Count)"),
+    output: Output = OutputOpt,
+) -> None:
+    """The whole path: host set-up, the box if missing, the cluster, a job on it, how to get in."""
+    from lab.engine import clusters
+    from lab.workflows import create
+    from lab.workflows.up import up as bring_up
+
+    progress = Progress(output == Output.json)
+    sp = create.load(spec, users)
+    r = bring_up(sp, users_given=users is not None, timeout=timeout, progress=progress, box_progress=box_progress,
+                 watcher=lambda: Watcher(output == Output.json))
+    st, name, entry, result = r.store, r.name, r.entry, r.first_job
+    if output == Output.json:
+        print_json({**with_accounts(clusters.describe(st, name), name), "FirstJob": result,
+                    "Ssh": f"slurmlab ssh {name} {entry.name}"})
+        return
+    print_cluster(clusters.describe(st, name))
+    print_accounts(name)
+    out.print(f"\nfirst job: {result['command']}\n" + "\n".join(f"  {l}" for l in result["output"].splitlines()))
+    out.print(f"\nget in:     slurmlab ssh {name} {entry.name}")
+    out.print(f"run a job:  slurmlab ssh {name} {entry.name} -- srun -N{result['nodes']} hostname")
+    out.print(f"nodes:      slurmlab list-cluster-nodes {name}")
+    out.print(f"verify:     slurmlab verify {name}")
+    out.print(f"tear down:  slurmlab delete-cluster {name}")

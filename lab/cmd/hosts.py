@@ -1,0 +1,117 @@
+"""The host's commands: doctor, host up|down|status, box build|list."""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import typer
+
+from lab import exitcodes
+from lab.cmd.base import OutputOpt, app, box_app, box_progress, host_app
+from lab.output import Output, out, print_json
+
+
+# ---------------------------------------------------------------- doctor
+@app.command()
+def doctor(output: Output = OutputOpt) -> None:
+    """Check the host: tools, KVM, namespace, libvirt, box, memory, disk. Each problem comes with its fix."""
+    from lab import doctor as doc
+
+    results = doc.run_probes()
+    blocking = doc.blocking_failures(results)
+    if output == Output.json:
+        print_json({"ok": not blocking, "probes": [r.as_dict() for r in results]})
+    else:
+        for r in results:
+            mark = "[green]ok  [/green]" if r.ok else ("[red]FAIL[/red]" if r.severity == doc.BLOCKING else "[yellow]warn[/yellow]")
+            out.print(f"{mark} {r.title}: {r.detail}")
+            if r.fix:
+                out.print(f"       fix: {r.fix}")
+        out.print("all blocking checks pass" if not blocking else f"{len(blocking)} blocking problem(s)")
+    raise typer.Exit(exitcodes.HOST if blocking else exitcodes.OK)
+
+
+# ---------------------------------------------------------------- host
+@host_app.command("up")
+def host_up(output: Output = OutputOpt) -> None:
+    """Create the namespace, start virtlogd + libvirtd in it, create the storage pool. Idempotent."""
+    from lab.host import libvirtd, mode
+
+    libvirtd.up()
+    st = libvirtd.daemon_state("libvirtd")
+    data = {"mode": mode.detect(), "netns": os.environ.get("SLURMLAB_NETNS", "slurmlab") if mode.uses_netns() else None,
+            "libvirtd_pid": st.pid, "uri": libvirtd.URI, "pool": libvirtd.POOL}
+    if output == Output.json:
+        print_json(data)
+    else:
+        out.print(f"host ready: mode={data['mode']} netns={data['netns']} libvirtd pid={st.pid} pool={libvirtd.POOL}")
+
+
+@host_app.command("down")
+def host_down(output: Output = OutputOpt) -> None:
+    """Stop the lab's libvirtd and remove its namespace (refuses while VMs exist)."""
+    from lab.host import libvirtd
+
+    done = libvirtd.down()
+    if output == Output.json:
+        print_json({"stopped": done})
+    else:
+        for d in done or ["nothing to stop"]:
+            out.print(d)
+
+
+@host_app.command("status")
+def host_status(output: Output = OutputOpt) -> None:
+    """Show the host mode, the namespace and the daemons."""
+    from lab.host import kvm, libvirtd, mode
+
+    k = kvm.detect()
+    data = {
+        "mode": mode.detect(),
+        "netns": str(libvirtd.netns_path()) if mode.uses_netns() else None,
+        "netns_present": libvirtd.netns_path().exists() if mode.uses_netns() else None,
+        "daemons": {n: vars(libvirtd.daemon_state(n)) for n in ("virtlogd", "libvirtd")},
+        "kvm": vars(k),
+    }
+    if output == Output.json:
+        print_json(data)
+    else:
+        out.print(f"mode: {data['mode']}  namespace: {data['netns']} present={data['netns_present']}")
+        for n, d in data["daemons"].items():
+            out.print(f"{n}: pid={d['pid']} in_netns={d['in_netns']}")
+        out.print(f"driver: {k.driver} ({k.reason})")
+
+
+# ---------------------------------------------------------------- box
+@box_app.command("build")
+def box_build(
+    name: Optional[str] = typer.Option(None, help="box name (default slurmlab/trixie-slurm)"),
+    force: bool = typer.Option(False, help="rebuild even when the cached box is current"),
+    output: Output = OutputOpt,
+) -> None:
+    """Build the Debian 13 + Slurm 24.11 box from Debian's mirror and add it to Vagrant (cached by inputs)."""
+    from lab import box
+
+    info = box.build(name or box.DEFAULT_BOX, force=force, progress=box_progress)
+    if output == Output.json:
+        print_json(vars(info))
+    else:
+        out.print(f"box {info.name} ready ({(info.size_bytes or 0) / 2**20:.0f} MiB, inputs {info.inputs_hash[:12]})")
+
+
+@box_app.command("list")
+def box_list(output: Output = OutputOpt) -> None:
+    """List Vagrant's libvirt boxes and whether slurmlab built them from the current inputs."""
+    from lab import box
+
+    boxes = box.list_boxes()
+    if output == Output.json:
+        print_json([vars(b) for b in boxes])
+    else:
+        if not boxes:
+            out.print("no boxes; run `slurmlab box build`")
+        for b in boxes:
+            out.print(f"{b.name}  added={b.added}  inputs={b.inputs_hash[:12] if b.inputs_hash else '-'}  built={b.built_at or '-'}")
+
+

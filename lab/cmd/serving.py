@@ -1,0 +1,91 @@
+"""`slurmlab verify` (the testinfra suite against a cluster) and `slurmlab serve` (HyperPod's API)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Optional
+
+import typer
+
+from lab import exitcodes
+from lab.cmd.base import app, store
+from lab.output import err
+
+
+@app.command("verify")
+def verify(
+    name: str = typer.Argument(..., help="cluster name (its inventory: $SLURMLAB_HOME/clusters/NAME/inventory.yml)"),
+    junit: Optional[str] = typer.Option(None, "--junit", help="also write JUnit XML to this file"),
+    inventory: Optional[str] = typer.Option(None, "--inventory", help="check the cluster of this Ansible inventory instead"),
+) -> None:
+    """Check a running cluster (munge, daemons, jobs, names, SSH, clocks) with a testinfra suite. Exit 0 only when all pass."""
+    from pathlib import Path
+
+    from lab import verify as v
+    from lab.errors import NotFound
+
+    if inventory:
+        inv = Path(inventory).expanduser()
+    else:
+        from lab.verify import inventory as verify_inventory
+
+        inv, skipped = verify_inventory.write(store(), name)
+        if skipped:
+            err.print(f"not checked (not running): {', '.join(skipped)}", markup=False, highlight=False)
+    if not inv.is_file():
+        fix = ("check the path given to --inventory" if inventory else
+               "create the cluster first (slurmlab create-cluster), or pass --inventory PATH for another cluster")
+        raise NotFound(f"no Ansible inventory at {inv}", fix)
+    ssh = None
+    if not inventory:  # a slurmlab cluster: plain ssh through the lab's namespace (docs/verify.md)
+        from lab.providers.vagrant import ssh_exe
+
+        ssh = ssh_exe()
+    rc = v.run(inv, Path(junit).expanduser() if junit else None, ssh_executable=ssh)
+    if rc == 5:
+        err.print("error: the verify suite collected no tests (empty inventory groups?)", markup=False, highlight=False)
+        rc = exitcodes.FAILURE
+    raise typer.Exit(rc)
+
+
+@app.command()
+def serve(
+    host: str = typer.Option("127.0.0.1", help="address to listen on (127.0.0.1: this machine only)"),
+    port: int = typer.Option(8008, help="TCP port (0 picks a free one)"),
+    provider: str = typer.Option("vagrant", help="vagrant (real VMs) or sim (simulated nodes, no VMs)"),
+    capacity_file: Optional[str] = typer.Option(None, "--capacity", help="capacity file (YAML) to apply at start"),
+    state_dir: Optional[str] = typer.Option(None, "--state-dir", help="state directory (default $SLURMLAB_HOME)"),
+    log_requests: bool = typer.Option(True, "--log-requests/--no-log-requests", help="one line per request on stderr"),
+) -> None:
+    """Serve HyperPod's cluster API (AWS JSON 1.1) for boto3 and the AWS CLI, and the web console at /."""
+    from pathlib import Path
+
+    if state_dir:
+        os.environ["SLURMLAB_HOME"] = str(Path(state_dir).expanduser().resolve())
+    from lab import api, paths
+
+    if log_requests:
+        logging.getLogger("lab.api").setLevel(logging.INFO)
+
+    before_create = None
+    if provider == "vagrant":
+        def before_create(spec) -> None:  # the host and the box, as create-cluster checks them
+            from lab import box
+            from lab.host import libvirtd
+
+            box.require(spec.box)
+            libvirtd.up()
+
+    def ready(server) -> None:
+        url = server.url
+        err.print(f"slurmlab serve: SageMaker API on {url}  (provider {provider}, state {paths.home()})", markup=False, highlight=False)
+        err.print(f"  console:  {url}/", markup=False, highlight=False)
+        err.print(f"  boto3:    boto3.client('sagemaker', endpoint_url='{url}', region_name='us-east-1', "
+                  "aws_access_key_id='x', aws_secret_access_key='x')", markup=False, highlight=False)
+        err.print(f"  AWS CLI:  aws sagemaker list-clusters --endpoint-url {url} --region us-east-1", markup=False, highlight=False)
+        err.print("  Ctrl-C stops the server (the engine keeps building; it stops by itself when idle)", markup=False, highlight=False)
+
+    api.run(host=host, port=port, provider=provider, capacity_file=capacity_file, before_create=before_create,
+            on_ready=ready)
+    err.print("slurmlab serve: stopped", markup=False, highlight=False)

@@ -1,0 +1,116 @@
+"""The store's rows as dataclasses, and how a SQLite row becomes one (JSON columns decoded)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass, field, fields
+
+@dataclass
+class ClusterRow:
+    name: str
+    arn: str
+    status: str
+    failure_message: str | None
+    spec: dict
+    provider: str
+    net_index: int
+    created_at: float
+    in_service_at: float | None = None
+    full_size_at: float | None = None
+
+
+@dataclass
+class GroupRow:
+    cluster: str
+    name: str
+    instance_type: str
+    node_type: str
+    target_count: int
+    partitions: list[str]
+    cpus: int
+    memory_mib: int
+    status: str
+
+
+@dataclass
+class NodeRow:
+    cluster: str
+    name: str
+    grp: str
+    ordinal: int
+    instance_id: str
+    address: str
+    mac: str
+    phase: str
+    message: str = ""
+    attempts: int = 0
+    retry_at: float = 0.0
+    launched_at: float | None = None
+    booted_at: float | None = None
+    joined_at: float | None = None
+    pending: str | None = None  # a request on the node: delete | reboot | replace (written by the API side)
+    generation: int = 0  # bumped each time the node gets a new instance (replace, recovery)
+    # when a compute node last became `configured` (the join batching window reads it); None: not
+    # configured since its VM (re)started, or a row written before schema 3
+    configured_at: float | None = None
+
+
+@dataclass
+class EventRow:
+    id: int
+    time: float
+    cluster: str
+    grp: str | None
+    node: str | None
+    resource_type: str
+    level: str
+    description: str
+    operation_id: str | None = None
+    instance_id: str | None = None
+
+
+@dataclass
+class OperationRow:
+    """One API request that changes the cluster (UpdateCluster, BatchAddClusterNodes, ...), in flight
+    until the engine sees its groups (or nodes) settled."""
+
+    id: str
+    cluster: str
+    kind: str
+    groups: list[str]
+    nodes: list[str]
+    status: str  # InProgress | Completed | Failed
+    created_at: float
+    finished_at: float | None = None
+    message: str = ""
+    undo: dict | None = field(default=None)
+
+
+JSON_COLUMNS = {"spec", "partitions", "groups", "nodes", "undo"}
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def row_of(cls, r: sqlite3.Row):
+    """The dataclass `cls` from a row read by name (JSON columns decoded; columns it lacks left out)."""
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(f.name for f in fields(cls))
+    keys = r.keys()
+    vals = {}
+    for k in names:
+        if k not in keys:
+            continue
+        v = r[k]
+        if k in JSON_COLUMNS and isinstance(v, str):
+            v = json.loads(v)
+        vals[k] = v
+    return cls(**vals)
+
+
+def node_of(r: tuple) -> NodeRow:
+    # The hot path (every engine step reads every node): positional, no dict.
+    return NodeRow(*r)
+
+
+NODE_COLS = ",".join(f.name for f in fields(NodeRow))
