@@ -1,14 +1,10 @@
-import os
 import ipaddress
-from pathlib import Path
 
 import pytest
 
 from lab.providers import network
 from lab.providers.base import ClusterNet, MachineSpec, mac_for
 from lab.providers.vagrantfile import render
-
-GOLDEN = Path(__file__).parent / "data" / "Vagrantfile.golden"
 
 
 def _render(**over):
