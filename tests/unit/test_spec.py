@@ -24,7 +24,7 @@ from lab.spec import (
     spec_from_request,
     with_instance_count,
 )
-from lab.spec._service_model import SHAPES
+from lab.spec.contract import shape
 
 BASE = """\
 ClusterName: demo
@@ -490,7 +490,7 @@ def test_catalog_file_is_validated(tmp_path):
     assert lines[-1].startswith(f"{path}:5: extra: unknown key")
 
 
-# -- the contract: the vendored service model ---------------------------------------------------
+# -- the contract: botocore's service model, read at run time ------------------------------------
 
 def test_models_cover_the_service_model():
     """Every CreateCluster member is a field of ClusterSpec (plus Lab), and so on down."""
@@ -503,18 +503,22 @@ def test_models_cover_the_service_model():
         (models.ClusterLifeCycleConfig, "ClusterLifeCycleConfig", set()),
         (models.ClusterOrchestratorSlurmConfig, "ClusterOrchestratorSlurmConfig", set()),
     ]
-    for cls, shape, extra in pairs:
-        assert set(cls.model_fields) == set(SHAPES[shape]["members"]) | extra, shape
+    for cls, name, extra in pairs:
+        assert set(cls.model_fields) == set(shape(name).members) | extra, name
     assert "ml.c5.large" in INSTANCE_TYPES and len(INSTANCE_TYPES) > 100
 
 
-def test_vendored_model_matches_botocore():
-    pytest.importorskip("botocore")
-    from lab.spec import regen
+def test_one_checker_for_the_spec_and_the_api():
+    """The YAML spec and the API's requests go through the same checker (lab.spec.contract)."""
+    from lab.spec import contract
 
-    version, shapes = regen.extract()
-    if shapes != SHAPES:
-        pytest.fail(f"lab/spec/_service_model.py is stale against botocore {version}: run python -m lab.spec.regen")
+    spec_side = contract.check({"ClusterName": "demo", "InstanceGroups": [], "NodeRecovery": "automatic"}, "CreateClusterRequest")
+    api_side = contract.check_input("CreateCluster", {"ClusterName": "demo", "InstanceGroups": [], "NodeRecovery": "automatic"})
+    assert [(p.path, p.what) for p in spec_side] == [(p.path, p.what) for p in api_side]
+    assert [p.path for p in spec_side] == ["InstanceGroups", "NodeRecovery"]
+    # botocore's validator reports, the lab's words: a boolean is not an integer, null is absent (JSON)
+    got = contract.check_input("ListClusterNodes", {"ClusterName": "demo", "MaxResults": True, "NextToken": None})
+    assert [(p.path, p.what) for p in got] == [("MaxResults", "expected an integer, got a boolean")]
 
 
 def test_cluster_spec_is_frozen():
