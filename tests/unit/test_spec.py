@@ -25,35 +25,7 @@ from lab.spec import (
     with_instance_count,
 )
 from lab.spec.contract import shape
-
-BASE = """\
-ClusterName: demo
-InstanceGroups:
-  - InstanceGroupName: controller
-    InstanceType: ml.t3.medium
-    InstanceCount: 1
-    SlurmConfig: {NodeType: Controller}
-  - InstanceGroupName: compute
-    InstanceType: ml.c5.large
-    InstanceCount: 2
-    SlurmConfig: {NodeType: Compute}
-"""
-
-LOGIN = """\
-  - InstanceGroupName: login
-    InstanceType: ml.t3.medium
-    InstanceCount: 1
-    SlurmConfig: {NodeType: Login}
-"""
-
-
-GPU = """\
-  - InstanceGroupName: gpu
-    InstanceType: ml.g5.12xlarge
-    InstanceCount: 1
-    SlurmConfig: {NodeType: Compute}
-"""
-
+from tests.specs import BASE, GPU, LOGIN
 
 @pytest.fixture(autouse=True)
 def lab_home(tmp_path, monkeypatch):
