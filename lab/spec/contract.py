@@ -87,7 +87,9 @@ def service_model():
     return model
 
 
+@cache
 def shape(name: str):
+    """The model's shape of that name (one object per name: botocore caches its members on it)."""
     return service_model().shape_for(name)
 
 
@@ -354,6 +356,7 @@ def check(
     return checker.problems
 
 
+@cache
 def _default_hooks() -> dict[str, StringHook]:
     from .rules import STRING_HOOKS
 
