@@ -239,9 +239,10 @@ def read_overrides(path: Path) -> dict[str, VmSize]:
         parsed = CatalogFile.model_validate(doc.data)
     except ValidationError as e:
         found = [_problem(err) for err in e.errors()]
-        bad_names = {p.loc for p in found if p.what.endswith("is not a HyperPod instance type")}
+        names = [p for p in found if p.what.endswith("is not a HyperPod instance type")]
+        bad_names = {p.loc for p in names}
         # An entry under a name that is not an instance type: the name's problem says it all.
-        problems += [p for p in found if p.loc in bad_names or p.loc[:2] not in bad_names]
+        problems += names + [p for p in found if p.loc[:2] not in bad_names]
     if problems:
         raise SpecInvalid(doc.place(problems), str(path), what="instance type catalog")
     return {name: VmSize(e.vcpus, e.memory_mib, str(path)) for name, e in parsed.instance_types.items()}

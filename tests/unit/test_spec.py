@@ -557,3 +557,30 @@ def test_gpu_table_is_hyperpods_gpu_types():
     assert gpu_count("ml.g4dn.12xlarge") == 4 and gpu_count("ml.g4dn.16xlarge") == 1
     assert gpu_count("ml.p4d.24xlarge") == 8 and gpu_count("ml.p5.48xlarge") == 8
     assert gpu_count("ml.trn1.32xlarge") == 0 and gpu_count("ml.c5.large") == 0 and gpu_count("ml.nope") == 0
+
+
+def test_catalog_file_every_problem_once(tmp_path):
+    """catalog.yaml through pydantic (CatalogFile): wrong types, missing keys, and a bad name whose
+    entry is not looked at, all at once with their lines."""
+    path = tmp_path / "catalog.yaml"
+    path.write_text(
+        "instance_types:\n"
+        "  ml.nope: 5\n"
+        "  ml.c5.xlarge: {}\n"
+        "  ml.t3.medium: {vcpus: true, memory_mib: '512'}\n"
+        "  ml.c5.large: 3\n"
+    )
+    with pytest.raises(SpecInvalid) as ei:
+        Catalog.load(path)
+    got = [line.strip()[len(str(path)) + 1:] for line in ei.value.message.splitlines()[1:]]
+    assert got == [
+        "2: instance_types.ml.nope: 'ml.nope' is not a HyperPod instance type; use one of HyperPod's instance "
+        "types, e.g. ml.t3.medium, ml.c5.large, ml.m5.xlarge",
+        "3: instance_types.ml.c5.xlarge.vcpus: missing; add vcpus",
+        "3: instance_types.ml.c5.xlarge.memory_mib: missing; add memory_mib",
+        "4: instance_types.ml.t3.medium.vcpus: True is not a whole number from 1 to 64",
+        "4: instance_types.ml.t3.medium.memory_mib: '512' is not a whole number from 256 to 1048576",
+        "5: instance_types.ml.c5.large: expected {vcpus: N, memory_mib: N}",
+    ]
+    path.write_text("instance_types:\n")
+    assert Catalog.load(path).overrides == {}
