@@ -101,11 +101,11 @@ def state(lab: operations.Lab) -> dict:
         kinds = {g.name: g.node_type for g in lab.store.groups(c.name)}
         for g in shaped.get("InstanceGroups", []):
             g["NodeType"] = kinds.get(g.get("InstanceGroupName"))
-        shaped["Lab"] = {k: (model.parse_timestamp(v) if k.endswith("Time") and v else v) for k, v in (d.get("Lab") or {}).items()}
+        shaped["Lab"] = {k: (model.timestamp(v) if k.endswith("Time") and v else v) for k, v in (d.get("Lab") or {}).items()}
         shaped["Nodes"] = [model.shape_named("ClusterNodeSummary", n) | {"NodeLogicalId": n.get("NodeLogicalId"),
                                                                           "PrivatePrimaryIp": n.get("PrivatePrimaryIp")}
                            for n in nodes]
-        events = sorted(events, key=lambda e: model.parse_timestamp(e.get("EventTime")) or 0)[-EVENTS_IN_STATE:]
+        events = sorted(events, key=lambda e: model.timestamp(e.get("EventTime")) or 0)[-EVENTS_IN_STATE:]
         shaped["Events"] = [model.shape_named("ClusterEventSummary", e) for e in reversed(events)]
         out.append(shaped)
     return {"Time": round(time.time(), 3), "Server": {"Version": __version__, "Provider": lab.provider,

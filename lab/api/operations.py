@@ -7,7 +7,6 @@ names (ARNs, node ids), filters, sorts and pages, and turns the lab's errors int
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import sqlite3
@@ -20,12 +19,12 @@ from typing import Any
 
 from lab.api import model
 from lab.api.model import ApiError
+from lab.api.paging import between, paged
 from lab.engine import clusters
 from lab.errors import Conflict, LabError, NotFound, UsageError
 from lab.spec.problems import Problem, SpecInvalid
 from lab.store.db import Store
 
-DEFAULT_PAGE = 100  # MaxResults when a list request gives none (the model's maximum)
 MAX_CLUSTERS = clusters.MAX_CLUSTERS  # the engine's limit, named in the error message
 CLIENT_TOKEN_TTL = 8 * 3600  # BatchAddClusterNodes.ClientToken: "valid for 8 hours"
 
@@ -103,49 +102,6 @@ def lab_error(e: LabError, op: str) -> ApiError:
     return ApiError("InternalFailure", text, 500)
 
 
-def _token(kind: str, position: Any) -> str:
-    raw = json.dumps({"k": kind, "p": position}, separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _untoken(kind: str, token: str | None) -> Any:
-    if not token:
-        return None
-    try:
-        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-        d = json.loads(raw)
-        if d["k"] != kind:
-            raise ValueError
-        return d["p"]
-    except Exception:  # noqa: BLE001 - any garbage is the same error
-        raise ApiError("ValidationException", "NextToken: not a token this server issued for this operation "
-                       "(pass the NextToken of the previous response, unchanged)") from None
-
-
-def _page(items: list, body: dict, kind: str) -> tuple[list, str | None]:
-    start = _untoken(kind, body.get("NextToken")) or 0
-    if not isinstance(start, int) or start < 0:
-        raise ApiError("ValidationException", "NextToken: not a token this server issued for this operation")
-    n = body.get("MaxResults") or DEFAULT_PAGE
-    page = items[start:start + n]
-    nxt = _token(kind, start + n) if start + n < len(items) else None
-    return page, nxt
-
-
-def _between(t: float | None, body: dict, after: str, before: str) -> bool:
-    lo = model.parse_timestamp(body[after]) if body.get(after) is not None else None
-    hi = model.parse_timestamp(body[before]) if body.get(before) is not None else None
-    if lo is None and hi is None:
-        return True
-    if t is None:
-        return False
-    return (lo is None or t > lo) and (hi is None or t < hi)
-
-
-def _epoch(v: Any) -> float | None:
-    return model.parse_timestamp(v) if v is not None else None
-
-
 # ------------------------------------------------------------------------------------ clusters
 def create_cluster(lab: Lab, body: dict) -> dict:
     from lab.spec import spec_from_request
@@ -190,7 +146,7 @@ def list_clusters(lab: Lab, body: dict) -> dict:
     for c in rows:
         if body.get("NameContains") and body["NameContains"] not in c.name:
             continue
-        if not _between(c.created_at, body, "CreationTimeAfter", "CreationTimeBefore"):
+        if not between(c.created_at, body, "CreationTimeAfter", "CreationTimeBefore"):
             continue
         if body.get("TrainingPlanArn"):
             plans = {g.get("TrainingPlanArn") for g in c.spec.get("InstanceGroups", [])}
@@ -203,17 +159,15 @@ def list_clusters(lab: Lab, body: dict) -> dict:
         items.sort(key=lambda c: (c.created_at, c.name))
     if body.get("SortOrder") == "Descending":
         items.reverse()
-    page, nxt = _page(items, body, "clusters")
+    out = paged(items, body, "clusters", "ClusterSummaries")
     summaries = []
-    for c in page:
+    for c in out["ClusterSummaries"]:
         s = {"ClusterArn": c.arn, "ClusterName": c.name, "CreationTime": c.created_at, "ClusterStatus": c.status}
         plans = sorted({g["TrainingPlanArn"] for g in c.spec.get("InstanceGroups", []) if g.get("TrainingPlanArn")})
         if plans:
             s["TrainingPlanArns"] = plans
         summaries.append(s)
-    out: dict[str, Any] = {"ClusterSummaries": summaries}
-    if nxt:
-        out["NextToken"] = nxt
+    out["ClusterSummaries"] = summaries
     return out
 
 
@@ -229,15 +183,19 @@ def delete_cluster(lab: Lab, body: dict) -> dict:
 
 
 def update_cluster(lab: Lab, body: dict) -> dict:
-    from lab.spec import rules, shapes
+    """The request is checked once, by the engine's update (lab.spec.apply_update: the request, then
+    the cluster it makes). Only a request for a cluster that is not there is checked here, so that
+    a bad request is a ValidationException before it is a ResourceNotFound, as for every operation."""
+    from lab.spec import check_update
 
     ref = body.get("ClusterName")
-    is_arn = isinstance(ref, str) and ref.startswith("arn:")
-    # The request's fields first (an ARN stands in as a plain name: it is resolved below).
-    problems = shapes.check({**body, "ClusterName": "x"} if is_arn else body, "UpdateClusterRequest", hooks=rules.HOOKS)
-    if problems:
-        raise model.validation_error(problems)
-    name = cluster_name(lab, ref)
+    try:
+        name = cluster_name(lab, ref if isinstance(ref, str) else "")
+    except ApiError:
+        problems = check_update(body)
+        if problems:
+            raise model.validation_error(problems) from None
+        raise
     req = {**body, "ClusterName": name}
     update = _need("update", "UpdateCluster")
     with lab.writing(name):
@@ -256,13 +214,13 @@ def list_cluster_nodes(lab: Lab, body: dict) -> dict:
     include_logical = bool(body.get("IncludeNodeLogicalIds"))
     items = []
     for n in _nodes(lab, name):
-        launched = _epoch(n.get("LaunchTime"))
+        launched = model.timestamp(n.get("LaunchTime"))
         # Without IncludeNodeLogicalIds only nodes that got an instance are listed (as in HyperPod).
         if not include_logical and launched is None:
             continue
         if body.get("InstanceGroupNameContains") and body["InstanceGroupNameContains"] not in n.get("InstanceGroupName", ""):
             continue
-        if not _between(launched, body, "CreationTimeAfter", "CreationTimeBefore"):
+        if not between(launched, body, "CreationTimeAfter", "CreationTimeBefore"):
             continue
         n = dict(n)
         if not include_logical:
@@ -274,11 +232,7 @@ def list_cluster_nodes(lab: Lab, body: dict) -> dict:
         items.sort(key=lambda x: (x[0] is None, x[0] or 0, x[1].get("NodeLogicalId") or x[1].get("InstanceId") or ""))
     if body.get("SortOrder") == "Descending":
         items.reverse()
-    page, nxt = _page([n for _, n in items], body, "nodes")
-    out: dict[str, Any] = {"ClusterNodeSummaries": page}
-    if nxt:
-        out["NextToken"] = nxt
-    return out
+    return paged([n for _, n in items], body, "nodes", "ClusterNodeSummaries")
 
 
 def describe_cluster_node(lab: Lab, body: dict) -> dict:
@@ -378,11 +332,7 @@ def list_cluster_events(lab: Lab, body: dict) -> dict:
     name = cluster_name(lab, body["ClusterName"])
     items = events_of(lab, name, SortOrder=body.get("SortOrder", "Descending"),  # the model's default
                       **{k: body[k] for k in EVENT_FILTERS if body.get(k) is not None})
-    page, nxt = _page(items, body, "events")
-    out: dict[str, Any] = {"Events": page}
-    if nxt:
-        out["NextToken"] = nxt
-    return out
+    return paged(items, body, "events", "Events")
 
 
 def describe_cluster_event(lab: Lab, body: dict) -> dict:

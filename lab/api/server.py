@@ -212,7 +212,7 @@ class Handler(BaseHTTPRequestHandler):
         except (ValueError, RecursionError) as e:
             raise ApiError("SerializationException", f"request body: unreadable JSON: {str(e)[:200]}") from None
         if not isinstance(value, dict):
-            raise ApiError("SerializationException", f"request body: expected a JSON object, got {model._kind(value)}")
+            raise ApiError("SerializationException", f"request body: expected a JSON object, got {model.json_kind(value)}")
         return value
 
     # ---------------------------------------------------------------- lab controls

@@ -19,7 +19,7 @@ import uuid
 from dataclasses import asdict
 
 from lab.engine import daemon
-from lab.engine.engine import id_prefix, instance_id
+from lab.engine.bookkeeping import id_prefix, instance_id
 from lab.engine.plan import VM_UP_PHASES, leaving, node_status
 from lab.engine.views import arn, get, resolve
 from lab.errors import Conflict, UsageError
@@ -157,8 +157,7 @@ def update(st: Store, name: str, request: dict, *, base_dir=None, check_files: b
     status, group still being deleted), NotFound."""
     from lab.spec import apply_update, spec_from_request
 
-    c = get(st, name)
-    _check_open(c, "UpdateCluster")
+    c = get(st, name)  # the request is checked first (ValidationException before ConflictException)
     old_spec = spec_from_request(c.spec, check_files=False)
     new_spec = apply_update(old_spec, request, base_dir=base_dir, check_files=check_files)
     stored, new_rows = _group_rows(name, new_spec)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 
-from lab.engine.engine import SCALING
+from lab.engine.bookkeeping import SCALING
 from lab.engine.events import event_id, event_number
 from lab.engine.plan import group_settled, node_status
 from lab.errors import NotFound, UsageError

@@ -22,6 +22,7 @@ from .catalog import (
 )
 from .load import (
     apply_update,
+    check_update,
     load_spec,
     loads_spec,
     spec_from_request,
@@ -47,9 +48,16 @@ from .rules import (
     MAX_NODES_ENV,
     max_nodes_per_group,
 )
-from .shapes import INSTANCE_TYPES
+from .servicemodel import instance_types
 
 InstanceGroup = ClusterInstanceGroupSpecification  # short alias
+
+
+def __getattr__(name: str):
+    # INSTANCE_TYPES: HyperPod's instance types, read from botocore's model when first asked for.
+    if name == "INSTANCE_TYPES":
+        return instance_types()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "Catalog",
@@ -74,9 +82,11 @@ __all__ = [
     "SpecInvalid",
     "VmSize",
     "apply_update",
+    "check_update",
     "check_instance_type",
     "gpu_count",
     "group_gpus",
+    "instance_types",
     "load_catalog",
     "load_spec",
     "loads_spec",

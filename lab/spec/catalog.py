@@ -9,7 +9,9 @@ have a fixed size (DEFAULTS); every other type of the enum is sized by a rule on
       ml.c5.large: {vcpus: 1, memory_mib: 1024}
       ml.g5.xlarge: {vcpus: 2, memory_mib: 2048}
 
-A name that is not a HyperPod instance type is always an error that lists close valid names.
+A name that is not a HyperPod instance type is always an error that lists close valid names. The
+file is read with lab.spec.yamlsrc and checked by pydantic (`CatalogFile`): every problem at once,
+as `<file>:<line>: <field path>: <what>; <fix>`.
 """
 
 from __future__ import annotations
@@ -18,13 +20,17 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import PydanticCustomError
 
 from lab.errors import SpecError
 from lab.paths import home
 
 from . import yamlsrc
+from .servicemodel import instance_type_hint, instance_types
 from .problems import Problem, SpecInvalid
-from .shapes import INSTANCE_TYPES, instance_type_hint
 
 CATALOG_FILE = "catalog.yaml"
 VCPUS_RANGE = (1, 64)
@@ -127,7 +133,7 @@ def gpu_count(instance_type: str) -> int:
 
 def check_instance_type(name: str) -> None:
     """SpecError unless `name` is in HyperPod's ClusterInstanceType enum."""
-    if name not in INSTANCE_TYPES:
+    if name not in instance_types():
         raise SpecError(f"'{name}' is not a HyperPod instance type", instance_type_hint(name))
 
 
@@ -156,61 +162,87 @@ class Catalog:
         return DEFAULTS.get(instance_type) or rule_size(instance_type)
 
     def __contains__(self, instance_type: object) -> bool:
-        return instance_type in INSTANCE_TYPES
+        return instance_type in instance_types()
 
     def __iter__(self) -> Iterator[str]:
-        return iter(INSTANCE_TYPES)
+        return iter(instance_types())
 
     def table(self) -> list[tuple[str, VmSize]]:
         """Every HyperPod instance type with its lab size, in the enum's order."""
-        return [(t, self.size(t)) for t in INSTANCE_TYPES]
+        return [(t, self.size(t)) for t in instance_types()]
 
 
 def load_catalog(path: Path | None = None) -> Catalog:
     return Catalog.load(path)
 
 
+class _Size(BaseModel):
+    """One catalog.yaml entry."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    vcpus: int = Field(ge=VCPUS_RANGE[0], le=VCPUS_RANGE[1])
+    memory_mib: int = Field(ge=MEMORY_MIB_RANGE[0], le=MEMORY_MIB_RANGE[1])
+
+
+def _instance_type(name: str) -> str:
+    if name not in instance_types():
+        raise PydanticCustomError("instance_type", "'{name}' is not a HyperPod instance type",
+                                  {"name": name, "fix": instance_type_hint(name)})
+    return name
+
+
+class CatalogFile(BaseModel):
+    """catalog.yaml: `instance_types: {<HyperPod instance type>: {vcpus, memory_mib}}`."""
+
+    model_config = ConfigDict(extra="forbid")
+    instance_types: dict[Annotated[str, AfterValidator(_instance_type)], _Size] = {}
+
+    @field_validator("instance_types", mode="before")
+    @classmethod
+    def _keys_as_text(cls, value: Any) -> Any:
+        if value is None:
+            return {}  # `instance_types:` with nothing under it
+        return {str(k): v for k, v in value.items()} if isinstance(value, dict) else value
+
+
+_RANGES = {"vcpus": VCPUS_RANGE, "memory_mib": MEMORY_MIB_RANGE}
+
+
+def _problem(err: dict) -> Problem:
+    """A pydantic error of CatalogFile -> the catalog's words for it."""
+    loc, kind = tuple(err["loc"]), err["type"]
+    if len(loc) == 3 and loc[2] == "[key]":  # a name that is not an instance type
+        return Problem(loc[:2], err["msg"], (err.get("ctx") or {}).get("fix"))
+    if kind == "extra_forbidden":
+        where = "an entry has vcpus and memory_mib" if len(loc) > 1 else "catalog.yaml has only instance_types"
+        return Problem(loc, f"unknown key: {where}", "remove it")
+    if kind == "missing":
+        return Problem(loc, "missing", f"add {loc[-1]}")
+    if len(loc) == 1:
+        return Problem(loc, "expected a mapping: instance type -> {vcpus, memory_mib}", None)
+    if len(loc) == 2:
+        return Problem(loc, "expected {vcpus: N, memory_mib: N}", None)
+    lo, hi = _RANGES[loc[-1]]
+    return Problem(loc, f"{err['input']!r} is not a whole number from {lo} to {hi}", None)
+
+
 def read_overrides(path: Path) -> dict[str, VmSize]:
     """Read and check a catalog.yaml; every problem is reported with its line."""
     doc = yamlsrc.read(path)
     problems: list[Problem] = list(doc.duplicates)
-    out: dict[str, VmSize] = {}
-    data = doc.data
-    if data is None:
-        return out  # an empty file changes nothing
-    if not isinstance(data, dict):
+    if doc.data is None:
+        return {}  # an empty file changes nothing
+    if not isinstance(doc.data, dict):
         problems.append(Problem((), "expected a mapping with the key instance_types", "see docs/spec.md"))
-    else:
-        for key in data:
-            if key != "instance_types":
-                problems.append(Problem((str(key),), "unknown key: catalog.yaml has only instance_types", "remove it"))
-        types = data.get("instance_types") or {}
-        if not isinstance(types, dict):
-            problems.append(Problem(("instance_types",), "expected a mapping: instance type -> {vcpus, memory_mib}", None))
-            types = {}
-        for name, entry in types.items():
-            loc = ("instance_types", str(name))
-            if str(name) not in INSTANCE_TYPES:
-                problems.append(Problem(loc, f"'{name}' is not a HyperPod instance type", instance_type_hint(str(name))))
-                continue
-            if not isinstance(entry, dict):
-                problems.append(Problem(loc, "expected {vcpus: N, memory_mib: N}", None))
-                continue
-            ok = True
-            for key in entry:
-                if key not in ("vcpus", "memory_mib"):
-                    problems.append(Problem(loc + (str(key),), "unknown key: an entry has vcpus and memory_mib", "remove it"))
-                    ok = False
-            for key, (lo, hi) in (("vcpus", VCPUS_RANGE), ("memory_mib", MEMORY_MIB_RANGE)):
-                v = entry.get(key)
-                if key not in entry:
-                    problems.append(Problem(loc + (key,), "missing", f"add {key}"))
-                    ok = False
-                elif not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
-                    problems.append(Problem(loc + (key,), f"{v!r} is not a whole number from {lo} to {hi}", None))
-                    ok = False
-            if ok:
-                out[str(name)] = VmSize(entry["vcpus"], entry["memory_mib"], str(path))
+        raise SpecInvalid(doc.place(problems), str(path), what="instance type catalog")
+    try:
+        parsed = CatalogFile.model_validate(doc.data)
+    except ValidationError as e:
+        found = [_problem(err) for err in e.errors()]
+        names = [p for p in found if p.what.endswith("is not a HyperPod instance type")]
+        bad_names = {p.loc for p in names}
+        # An entry under a name that is not an instance type: the name's problem says it all.
+        problems += names + [p for p in found if p.loc[:2] not in bad_names]
     if problems:
         raise SpecInvalid(doc.place(problems), str(path), what="instance type catalog")
-    return out
+    return {name: VmSize(e.vcpus, e.memory_mib, str(path)) for name, e in parsed.instance_types.items()}

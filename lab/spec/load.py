@@ -1,8 +1,10 @@
 """Build a ClusterSpec from a YAML file or a CreateCluster / UpdateCluster request body.
 
-Every entry point runs the same checks, HyperPod's service model first and the lab's rules second,
-collects every problem, and raises one `SpecInvalid` (a `lab.errors.SpecError`) listing them all,
-each as `<file>:<line>: <field path>: <what is wrong>; <fix>`.
+Every entry point runs the same checks, HyperPod's service model first (lab.spec.contract: botocore's
+validator with the lab's hooks) and the lab's rules second (lab.spec.rules), collects every problem,
+and raises one `SpecInvalid` (a `lab.errors.SpecError`) listing them all, each as
+`<file>:<line>: <field path>: <what is wrong>; <fix>`. The pydantic models (lab.spec.models) are
+built from the checked data: they are the spec's type, not another validator.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from . import rules, shapes, yamlsrc
+from . import contract, rules, yamlsrc
 from .models import ClusterSpec
 from .problems import Problem, SpecInvalid
 
@@ -67,11 +69,10 @@ def apply_update(
     names are added at the end), InstanceGroupsToDelete are removed, top-level fields given replace
     the old ones. The result is checked like a new cluster; problems are reported at the request's
     paths where they come from the request."""
-    if not isinstance(request, dict):
-        raise SpecInvalid([Problem((), f"expected a mapping of UpdateCluster fields, got {shapes._kind(request)}")])
-    body = dict(request)
-    body.setdefault("ClusterName", spec.ClusterName)
-    problems = shapes.check(body, "UpdateClusterRequest", hooks=rules.HOOKS)
+    body = dict(request) if isinstance(request, dict) else request
+    if isinstance(body, dict):
+        body.setdefault("ClusterName", spec.ClusterName)
+    problems = check_update(body)
     if problems:
         raise SpecInvalid(problems)
 
@@ -125,6 +126,13 @@ def apply_update(
         raise SpecInvalid(e.problems) from None
 
 
+def check_update(request: Any) -> list[Problem]:
+    """An UpdateCluster request's own problems against HyperPod's model (no cluster needed)."""
+    if not isinstance(request, dict):
+        return [Problem((), f"expected a mapping of UpdateCluster fields, got {contract.kind(request)}")]
+    return contract.check(request, "UpdateClusterRequest")
+
+
 def with_instance_count(spec: ClusterSpec, group: str, count: int, **kwargs: Any) -> ClusterSpec:
     """The spec with one group's InstanceCount changed (checked like an UpdateCluster)."""
     g = spec.group(group).model_dump(exclude_none=True)
@@ -158,9 +166,9 @@ def _validate(
     if data is None and doc is not None:
         problems.append(Problem((), "the file is empty", "write a cluster spec; see examples/cluster.yaml"))
     elif not isinstance(data, dict):
-        problems.append(Problem((), f"expected a mapping of CreateCluster fields, got {shapes._kind(data)}", "see examples/cluster.yaml"))
+        problems.append(Problem((), f"expected a mapping of CreateCluster fields, got {contract.kind(data)}", "see examples/cluster.yaml"))
     else:
-        model_problems = shapes.check(data, "CreateClusterRequest", hooks=rules.HOOKS)
+        model_problems = contract.check(data, "CreateClusterRequest", top_level_extra=("Lab",))
         lab_problems, data = rules.check_cluster(
             data, base_dir=base_dir, max_nodes=max_nodes or rules.max_nodes_per_group(), check_files=check_files
         )
@@ -170,7 +178,7 @@ def _validate(
     if not problems:
         try:
             return ClusterSpec.model_validate(data)
-        except ValidationError as e:  # should not happen: the checks above cover the types
+        except ValidationError as e:  # should not happen: the checks above cover the types (a bug if it does)
             problems = [Problem(tuple(err["loc"]), err["msg"]) for err in e.errors()]
     if doc is not None:
         doc.place(problems)

@@ -24,36 +24,8 @@ from lab.spec import (
     spec_from_request,
     with_instance_count,
 )
-from lab.spec._service_model import SHAPES
-
-BASE = """\
-ClusterName: demo
-InstanceGroups:
-  - InstanceGroupName: controller
-    InstanceType: ml.t3.medium
-    InstanceCount: 1
-    SlurmConfig: {NodeType: Controller}
-  - InstanceGroupName: compute
-    InstanceType: ml.c5.large
-    InstanceCount: 2
-    SlurmConfig: {NodeType: Compute}
-"""
-
-LOGIN = """\
-  - InstanceGroupName: login
-    InstanceType: ml.t3.medium
-    InstanceCount: 1
-    SlurmConfig: {NodeType: Login}
-"""
-
-
-GPU = """\
-  - InstanceGroupName: gpu
-    InstanceType: ml.g5.12xlarge
-    InstanceCount: 1
-    SlurmConfig: {NodeType: Compute}
-"""
-
+from lab.spec.contract import shape
+from tests.specs import BASE, GPU, LOGIN
 
 @pytest.fixture(autouse=True)
 def lab_home(tmp_path, monkeypatch):
@@ -490,7 +462,7 @@ def test_catalog_file_is_validated(tmp_path):
     assert lines[-1].startswith(f"{path}:5: extra: unknown key")
 
 
-# -- the contract: the vendored service model ---------------------------------------------------
+# -- the contract: botocore's service model, read at run time ------------------------------------
 
 def test_models_cover_the_service_model():
     """Every CreateCluster member is a field of ClusterSpec (plus Lab), and so on down."""
@@ -503,18 +475,22 @@ def test_models_cover_the_service_model():
         (models.ClusterLifeCycleConfig, "ClusterLifeCycleConfig", set()),
         (models.ClusterOrchestratorSlurmConfig, "ClusterOrchestratorSlurmConfig", set()),
     ]
-    for cls, shape, extra in pairs:
-        assert set(cls.model_fields) == set(SHAPES[shape]["members"]) | extra, shape
+    for cls, name, extra in pairs:
+        assert set(cls.model_fields) == set(shape(name).members) | extra, name
     assert "ml.c5.large" in INSTANCE_TYPES and len(INSTANCE_TYPES) > 100
 
 
-def test_vendored_model_matches_botocore():
-    pytest.importorskip("botocore")
-    from lab.spec import regen
+def test_one_checker_for_the_spec_and_the_api():
+    """The YAML spec and the API's requests go through the same checker (lab.spec.contract)."""
+    from lab.spec import contract
 
-    version, shapes = regen.extract()
-    if shapes != SHAPES:
-        pytest.fail(f"lab/spec/_service_model.py is stale against botocore {version}: run python -m lab.spec.regen")
+    spec_side = contract.check({"ClusterName": "demo", "InstanceGroups": [], "NodeRecovery": "automatic"}, "CreateClusterRequest")
+    api_side = contract.check_input("CreateCluster", {"ClusterName": "demo", "InstanceGroups": [], "NodeRecovery": "automatic"})
+    assert [(p.path, p.what) for p in spec_side] == [(p.path, p.what) for p in api_side]
+    assert [p.path for p in spec_side] == ["InstanceGroups", "NodeRecovery"]
+    # botocore's validator reports, the lab's words: a boolean is not an integer, null is absent (JSON)
+    got = contract.check_input("ListClusterNodes", {"ClusterName": "demo", "MaxResults": True, "NextToken": None})
+    assert [(p.path, p.what) for p in got] == [("MaxResults", "expected an integer, got a boolean")]
 
 
 def test_cluster_spec_is_frozen():
@@ -581,3 +557,30 @@ def test_gpu_table_is_hyperpods_gpu_types():
     assert gpu_count("ml.g4dn.12xlarge") == 4 and gpu_count("ml.g4dn.16xlarge") == 1
     assert gpu_count("ml.p4d.24xlarge") == 8 and gpu_count("ml.p5.48xlarge") == 8
     assert gpu_count("ml.trn1.32xlarge") == 0 and gpu_count("ml.c5.large") == 0 and gpu_count("ml.nope") == 0
+
+
+def test_catalog_file_every_problem_once(tmp_path):
+    """catalog.yaml through pydantic (CatalogFile): wrong types, missing keys, and a bad name whose
+    entry is not looked at, all at once with their lines."""
+    path = tmp_path / "catalog.yaml"
+    path.write_text(
+        "instance_types:\n"
+        "  ml.nope: 5\n"
+        "  ml.c5.xlarge: {}\n"
+        "  ml.t3.medium: {vcpus: true, memory_mib: '512'}\n"
+        "  ml.c5.large: 3\n"
+    )
+    with pytest.raises(SpecInvalid) as ei:
+        Catalog.load(path)
+    got = [line.strip()[len(str(path)) + 1:] for line in ei.value.message.splitlines()[1:]]
+    assert got == [
+        "2: instance_types.ml.nope: 'ml.nope' is not a HyperPod instance type; use one of HyperPod's instance "
+        "types, e.g. ml.t3.medium, ml.c5.large, ml.m5.xlarge",
+        "3: instance_types.ml.c5.xlarge.vcpus: missing; add vcpus",
+        "3: instance_types.ml.c5.xlarge.memory_mib: missing; add memory_mib",
+        "4: instance_types.ml.t3.medium.vcpus: True is not a whole number from 1 to 64",
+        "4: instance_types.ml.t3.medium.memory_mib: '512' is not a whole number from 256 to 1048576",
+        "5: instance_types.ml.c5.large: expected {vcpus: N, memory_mib: N}",
+    ]
+    path.write_text("instance_types:\n")
+    assert Catalog.load(path).overrides == {}

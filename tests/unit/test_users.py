@@ -19,24 +19,10 @@ from lab.errors import LabError, NotFound, SpecError, UsageError
 from lab.spec import LabUsers
 from lab.store.db import GroupRow, NodeRow
 from lab.workspace import ClusterDir
+from tests.specs import BASE, GPU, with_compute
 
 REPO = Path(__file__).resolve().parents[2]
-SPEC = """\
-ClusterName: demo
-InstanceGroups:
-  - InstanceGroupName: controller
-    InstanceType: ml.t3.medium
-    InstanceCount: 1
-    SlurmConfig: {NodeType: Controller}
-  - InstanceGroupName: compute
-    InstanceType: ml.c5.large
-    InstanceCount: 1
-    SlurmConfig: {NodeType: Compute}
-  - InstanceGroupName: gpu
-    InstanceType: ml.g5.12xlarge
-    InstanceCount: 1
-    SlurmConfig: {NodeType: Compute}
-"""
+SPEC = with_compute(1, BASE + GPU)  # controller, compute (1 node), gpu (ml.g5.12xlarge)
 
 
 @pytest.fixture
