@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import threading
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,8 +85,22 @@ _threads: Counter = Counter()  # cluster -> blocking provider/configurer calls r
 _threads_lock = threading.Lock()
 
 
+_pool: ThreadPoolExecutor | None = None
+
+
+def _executor() -> ThreadPoolExecutor:
+    """The worker threads of blocking provider/configurer calls (asyncio's default size)."""
+    global _pool
+    with _threads_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=min(32, (os.cpu_count() or 1) + 4), thread_name_prefix="slurmlab-io")
+        return _pool
+
+
 async def in_thread(cluster: str, fn: Callable[..., Any], *args: Any) -> Any:
-    """fn(*args) in a worker thread, counted for `cluster` until the thread itself ends."""
+    """fn(*args) in a worker thread, counted for `cluster` from now until the thread itself ends.
+    Cancelling the awaiter does not end a running thread (it stays counted); a call still queued
+    for a free worker is withdrawn and uncounted: it will never run, so a delete must not wait."""
     with _threads_lock:
         _threads[cluster] += 1
 
@@ -95,7 +111,14 @@ async def in_thread(cluster: str, fn: Callable[..., Any], *args: Any) -> Any:
             with _threads_lock:
                 _threads[cluster] -= 1
 
-    return await asyncio.to_thread(run)
+    cf = _executor().submit(run)
+    try:
+        return await asyncio.wrap_future(cf)
+    except asyncio.CancelledError:
+        if cf.cancel():  # True: it had not started, and now never will (False: it runs, and counts down itself)
+            with _threads_lock:
+                _threads[cluster] -= 1
+        raise
 
 
 def threads_running(cluster: str) -> int:

@@ -210,3 +210,40 @@ def test_capacity_file_reports_every_problem_with_its_line():
 def test_capacity_file_shapes(text, available, faults):
     cap = capacity.parse(text)
     assert cap.available == available and cap.faults == faults
+
+
+def test_a_queued_blocking_call_cancelled_before_it_starts_is_not_counted(monkeypatch):
+    """A delete waits for the threads of a cluster: a call that was still waiting for a free
+    worker when its awaiter was cancelled never runs and must not be waited for; a running one
+    stays counted until it ends."""
+    import asyncio
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from lab.providers import base
+
+    pool = ThreadPoolExecutor(max_workers=1)
+    monkeypatch.setattr(base, "_pool", pool)
+    release, started, ran = threading.Event(), threading.Event(), []
+
+    def blocking():
+        started.set()
+        release.wait(10)
+
+    async def scenario():
+        running = asyncio.create_task(base.in_thread("c", blocking))
+        queued = asyncio.create_task(base.in_thread("c", lambda: ran.append(1)))
+        await asyncio.to_thread(started.wait, 10)
+        assert base.threads_running("c") == 2
+        queued.cancel()
+        running.cancel()
+        for t in (queued, running):
+            with pytest.raises(asyncio.CancelledError):
+                await t
+        counted_while_running = base.threads_running("c")
+        release.set()
+        await asyncio.to_thread(pool.shutdown, True)
+        return counted_while_running
+
+    assert asyncio.run(scenario()) == 1
+    assert base.threads_running("c") == 0 and ran == []
