@@ -118,12 +118,12 @@ def test_bad_spec_creates_nothing(tmp_path):
 def test_inservice_with_the_compute_node_that_has_capacity():
     t0 = time.monotonic()
     sl("create-cluster", "--spec", str(SPEC), "--capacity", str(CAPACITY), "--wait", "--wait-for", "InService")
-    # InService needs the controller and the login node; wait for the one compute node that fits
+    # InService needs the controller and the login node; wait for the compute node that fits and
+    # the GPU node (they boot in whichever order the boot slots free up)
     deadline = time.monotonic() + 1200
     while time.monotonic() < deadline:
-        d = describe()
-        compute = next(g for g in d["InstanceGroups"] if g["InstanceGroupName"] == "compute")
-        if compute["CurrentCount"] == 1:
+        counts = {g["InstanceGroupName"]: g["CurrentCount"] for g in describe()["InstanceGroups"]}
+        if counts["compute"] == 1 and counts["gpu"] == 1:
             break
         time.sleep(5)
     d = describe()
