@@ -42,18 +42,9 @@ class Lab:
     tokens: dict[str, tuple[float, str, dict]] = field(default_factory=dict)
     tokens_lock: threading.Lock = field(default_factory=threading.Lock)
 
-    locks: dict[str, threading.Lock] = field(default_factory=dict)
-
     def engine(self) -> None:
         if self.ensure_engine:
             self.ensure_engine()
-
-    def writing(self, cluster: str) -> threading.Lock:
-        """One change request per cluster at a time inside this server. The engine's update reads the
-        stored spec before its transaction; two UpdateClusters at once would otherwise race on it. The
-        requests stay non-blocking: each only records desired state (milliseconds)."""
-        with self.create_lock:
-            return self.locks.setdefault(cluster, threading.Lock())
 
 
 # ------------------------------------------------------------------------------------ helpers
@@ -198,8 +189,7 @@ def update_cluster(lab: Lab, body: dict) -> dict:
         raise
     req = {**body, "ClusterName": name}
     update = _need("update", "UpdateCluster")
-    with lab.writing(name):
-        update(lab.store, name, req, base_dir=lab.base_dir)
+    update(lab.store, name, req, base_dir=lab.base_dir)  # one store transaction: safe against any other writer
     lab.engine()
     return {"ClusterArn": lab.store.cluster(name).arn}
 
@@ -278,8 +268,7 @@ def batch_add_cluster_nodes(lab: Lab, body: dict) -> dict:
                            "give each group once with the whole increment")
         seen_names.add(g)
     add_nodes = _need("add_nodes", "BatchAddClusterNodes")
-    with lab.writing(name):
-        result = add_nodes(lab.store, name, body["NodesToAdd"])
+    result = add_nodes(lab.store, name, body["NodesToAdd"])
     lab.engine()
     result = {"Successful": list(result.get("Successful", [])), "Failed": list(result.get("Failed", []))}
     if token:
@@ -301,8 +290,7 @@ def _batch(lab: Lab, body: dict, op: str, fn_name: str) -> dict:
     name = cluster_name(lab, body["ClusterName"])
     ids, logical = _id_lists(body)
     fn = _need(fn_name, op)
-    with lab.writing(name):
-        result = fn(lab.store, name, ids + logical) or {}
+    result = fn(lab.store, name, ids + logical) or {}
     lab.engine()
     return result
 

@@ -141,10 +141,11 @@ def create(st: Store, spec, provider: str = "vagrant", start_engine: bool = True
 
 
 def delete(st: Store, name: str, start_engine: bool = True) -> None:
-    c = get(st, name)
-    if c.status != "Deleting":
-        st.update_cluster(name, status="Deleting")
-        st.add_event(name, "Cluster", "Info", f"cluster {name} is Deleting")
+    with st.tx():
+        c = get(st, name)
+        if c.status != "Deleting":
+            st.update_cluster(name, status="Deleting")
+            st.add_event(name, "Cluster", "Info", f"cluster {name} is Deleting")
     if start_engine:
         daemon.ensure_running()
 
@@ -157,13 +158,14 @@ def update(st: Store, name: str, request: dict, *, base_dir=None, check_files: b
     status, group still being deleted), NotFound."""
     from lab.spec import apply_update, spec_from_request
 
-    c = get(st, name)  # the request is checked first (ValidationException before ConflictException)
-    old_spec = spec_from_request(c.spec, check_files=False)
-    new_spec = apply_update(old_spec, request, base_dir=base_dir, check_files=check_files)
-    stored, new_rows = _group_rows(name, new_spec)
     deletes = list(request.get("InstanceGroupsToDelete") or [])
+    # Read, check and write in one transaction: a change made by another process between the read
+    # and the write (a CLI batch-add-cluster-nodes while the API updates) would otherwise be undone.
     with st.tx():
-        c = get(st, name)
+        c = get(st, name)  # the request is checked first (ValidationException before ConflictException)
+        old_spec = spec_from_request(c.spec, check_files=False)
+        new_spec = apply_update(old_spec, request, base_dir=base_dir, check_files=check_files)
+        stored, new_rows = _group_rows(name, new_spec)
         _check_open(c, "UpdateCluster")
         old = {g.name: g for g in st.groups(name)}
         changes, touched = [], []

@@ -268,3 +268,49 @@ def test_describe_node_and_events_shapes(tmp_path):
         await lab.finish()
 
     asyncio.run(go())
+
+
+BIG = {"InstanceGroupName": "big", "InstanceType": "ml.c5.xlarge", "InstanceCount": 1,
+       "SlurmConfig": {"NodeType": "Compute", "PartitionNames": ["big"]}}
+
+
+def test_update_keeps_a_change_another_process_makes_while_it_checks(tmp_path, monkeypatch):
+    """UpdateCluster (the API) adds a group while a CLI process adds a compute node: the update
+    reads, checks and writes in one transaction, so the other writer waits and its node stays
+    (before, the update wrote back the compute count it had read and the node was lost)."""
+    import threading
+    import time
+
+    from lab import spec as spec_module
+    from lab.store.db import Store
+
+    original = spec_module.apply_update
+    racer: list[threading.Thread] = []
+    added: list[dict] = []
+
+    async def go():
+        lab = SimLab(tmp_path)
+        await _ready(lab, computes=2)
+        other = Store(lab.st.path)  # another process's connection to the same file
+
+        def apply_then_race(*a, **kw):
+            out = original(*a, **kw)
+            t = threading.Thread(target=lambda: added.append(clusters.add_nodes(
+                other, "demo", [{"InstanceGroupName": "compute", "IncrementTargetCountBy": 1}])))
+            t.start()
+            racer.append(t)
+            time.sleep(0.5)  # the other writer's whole request fits here when nothing holds it back
+            return out
+
+        monkeypatch.setattr(spec_module, "apply_update", apply_then_race)
+        clusters.update(lab.st, "demo", {"InstanceGroups": [BIG]})
+        racer[0].join(35)
+        assert not racer[0].is_alive() and [s["NodeLogicalId"] for s in added[0]["Successful"]] == ["demo-compute-3"]
+        g = {x.name: x for x in lab.st.groups("demo")}
+        assert g["compute"].target_count == 3 and g["big"].target_count == 1
+        spec = {x["InstanceGroupName"]: x["InstanceCount"] for x in lab.st.cluster("demo").spec["InstanceGroups"]}
+        assert spec == {"controller": 1, "login": 1, "compute": 3, "big": 1}
+        await lab.run_until(lambda: lab.full())
+        assert "demo-compute-3" in lab.vms() and "demo-big-1" in lab.vms()
+
+    asyncio.run(go())
