@@ -73,9 +73,10 @@ class Watcher:
 
 
 def print_cluster(d: dict) -> None:
-    out.print(f"{d['ClusterName']}  {d['ClusterStatus']}  ({d['Lab']['Provider']})")
+    stale = d["Lab"].get("Stale")
+    out.print(f"{d['ClusterName']}  {d['ClusterStatus']}{'  STALE' if stale else ''}  ({d['Lab']['Provider']})")
     if d.get("FailureMessage"):
-        out.print(f"  failure: {d['FailureMessage']}")
+        out.print(f"  {'' if stale else 'failure: '}{d['FailureMessage']}", markup=False, highlight=False)
     for g in d["InstanceGroups"]:
         out.print(f"  {g['InstanceGroupName']:<14} {g['InstanceType']:<14} {g['CurrentCount']}/{g['TargetCount']}  {g['Status']}")
 

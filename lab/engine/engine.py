@@ -30,6 +30,7 @@ from lab.engine.actions import ACTIONS, Actions
 from lab.engine.bookkeeping import (  # noqa: F401 - re-exported for bench/ and tests (instance_id, backoff)
     BACKOFF_BASE, BACKOFF_MAX, SCALING, Bookkeeping, backoff, id_prefix, instance_id)
 from lab.engine.plan import JOIN_MAX_WAIT_S, JOIN_QUIET_S, LEGACY_ATTEMPTS, Action
+from lab.engine.sight import Sight
 from lab.providers.base import LaunchError, Provider, threads_running
 from lab.store.db import ClusterRow, GroupRow, NodeRow, Store
 
@@ -93,6 +94,8 @@ class Engine(Bookkeeping, Actions):
         self._ops: dict[str, list] = {}
         self._faults: dict = {}
         self._unusable: set[str] = set()
+        self.sight = Sight(store, clock)  # clusters whose VMs the provider cannot show (lab/engine/sight.py)
+        self._last_error: dict[str, str] = {}
 
     # ------------------------------------------------------------------ providers
     def provider_for(self, c: ClusterRow) -> Provider:
@@ -138,10 +141,17 @@ class Engine(Bookkeeping, Actions):
             if self.threads(snap[0].name) > 0:
                 busy[snap[0].name].add("io")
         for snap in snaps:
+            name = snap[0].name
             try:
-                await self._step_cluster(snap, busy[snap[0].name], limits, used)
-            except Exception:  # noqa: BLE001 - one cluster's trouble never stops the others
-                log.exception("reconcile %s", snap[0].name)
+                await self._step_cluster(snap, busy[name], limits, used)
+                self._last_error.pop(name, None)
+            except Exception as e:  # noqa: BLE001 - one cluster's trouble never stops the others
+                # a traceback when the trouble is new, one line when it is the same as last pass
+                if self._last_error.get(name) != repr(e):
+                    self._last_error[name] = repr(e)
+                    log.exception("reconcile %s", name)
+                else:
+                    log.debug("reconcile %s: %s (again)", name, e)
 
     async def _step_cluster(self, snap, busy: set[str], limits: dict[str, int], used: Counter) -> None:
         c, groups, nodes = snap
@@ -158,8 +168,15 @@ class Engine(Bookkeeping, Actions):
                 self.store.add_event(name, "Cluster", "Error", f"cluster {name}: provider {c.provider!r} unusable: {e}")
             return
         observed: dict[str, str] = {}
-        if c.status != "Deleting":
+        if self.sight.waiting(name):
+            return
+        try:  # a deleting cluster is observed too: a delete needs the provider as much as a create
             seen = await prov.observe_async(name)
+        except Exception as e:  # noqa: BLE001 - no observation: act on nothing, say so (lab/engine/sight.py)
+            self.sight.lost(c, e)
+            return
+        self.sight.seen(c)
+        if c.status != "Deleting":
             observed = {k: v.state for k, v in seen.items()}
             self._fill_addresses(c, prov, nodes)
         now = self.clock()

@@ -9,6 +9,7 @@ import hashlib
 from lab.engine.bookkeeping import SCALING
 from lab.engine.events import event_id, event_number
 from lab.engine.plan import group_settled, node_status
+from lab.engine.sight import stale_note
 from lab.errors import NotFound, UsageError
 from lab.osutil import epoch, iso
 from lab.store.db import ClusterRow, EventRow, NodeRow, Store
@@ -72,10 +73,13 @@ def describe(st: Store, name: str) -> dict:
     }
     if c.spec.get("NodeProvisioningMode"):
         out["NodeProvisioningMode"] = c.spec["NodeProvisioningMode"]
-    if c.failure_message:
-        out["FailureMessage"] = c.failure_message
+    stale = stale_note(c)
+    if c.failure_message or stale:  # a client that reads only the model's fields sees the stale mark here
+        out["FailureMessage"] = "; ".join(m for m in (c.failure_message, stale) if m)
     out["Lab"] = {"Provider": c.provider, "Simulated": c.provider == "sim",
                   "InServiceTime": iso(c.in_service_at), "FullSizeTime": iso(c.full_size_at)}
+    if stale:
+        out["Lab"]["Stale"] = {"Since": iso(c.unobserved_since), "Reason": c.unobserved_reason}
     return out
 
 
@@ -86,6 +90,9 @@ def _status(c: ClusterRow, n: NodeRow) -> dict:
         status["Message"] = n.message
     elif c.provider == "sim":
         status["Message"] = SIM_LABEL
+    if c.unobserved_since is not None:  # never a Running from old data without saying so
+        note = f"stale: not observed since {iso(c.unobserved_since)} ({c.unobserved_reason}); last seen {status['Status']}"
+        status["Message"] = f"{note}; {status['Message']}" if "Message" in status else note
     return status
 
 

@@ -8,7 +8,8 @@ a delete waits for them). A provider whose work never blocks (the sim provider, 
 overrides the twins with real coroutines. `allocate` has no twin: the engine calls it on its loop,
 so it must be quick.
 
-Errors: `LaunchError(transient=True)` (capacity short, a libvirt/vagrant hiccup) is retried with
+Errors: `ProviderUnreachable` from `observe` means the hypervisor cannot be asked at all (the
+engine waits for it, see lab/engine/sight.py). `LaunchError(transient=True)` (capacity short, a libvirt/vagrant hiccup) is retried with
 backoff; `LaunchError(transient=False)` (a missing box, a bad Vagrantfile) makes the node a Failure
 with its reason and is not retried until someone replaces or deletes the node. Any other exception
 counts as transient.
@@ -72,6 +73,16 @@ class LaunchError(Exception):
     @property
     def permanent(self) -> bool:
         return not self.transient
+
+
+class ProviderUnreachable(Exception):
+    """The hypervisor cannot be asked at all (libvirtd stopped, its socket gone): nothing is known of
+    the cluster's VMs. `observe` raises it; the engine then acts on nothing for that cluster, marks its
+    state stale, records one event with `fix`, backs off, and resumes on its own when it answers."""
+
+    def __init__(self, message: str, fix: str = "slurmlab host up"):
+        super().__init__(message)
+        self.fix = fix
 
 
 def mac_for(cluster: str, node: str) -> str:
@@ -150,7 +161,8 @@ class Provider(ABC):
 
     @abstractmethod
     def observe(self, cluster: str) -> dict[str, Observed]:
-        """Every VM of the cluster the hypervisor shows, by name."""
+        """Every VM of the cluster the hypervisor shows, by name. Raises ProviderUnreachable when the
+        hypervisor cannot be asked (never an empty answer: that would mean every VM is gone)."""
 
     @abstractmethod
     def ensure(self, cluster: str, machine: MachineSpec) -> Observed:

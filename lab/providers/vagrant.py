@@ -7,6 +7,7 @@ through libvirt directly (0.3 s for all domains, against ~2 s per `vagrant statu
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -18,7 +19,7 @@ from pathlib import Path
 from lab import paths, secrets
 from lab.host import kvm, libvirtd, mode
 from lab.providers import network, priority
-from lab.providers.base import ClusterNet, LaunchError, MachineSpec, Observed, Provider, mac_for
+from lab.providers.base import ClusterNet, LaunchError, MachineSpec, Observed, Provider, ProviderUnreachable, mac_for
 from lab.providers.vagrantfile import render
 from lab.osutil import atomic_write, kill_group
 from lab.workspace import ClusterDir
@@ -226,7 +227,12 @@ class VagrantProvider(Provider):
         return obs
 
     def observe(self, cluster: str) -> dict[str, Observed]:
-        conn = libvirtd.connect()
+        import libvirt
+
+        try:
+            conn = libvirtd.connect()
+        except libvirt.libvirtError as e:
+            raise ProviderUnreachable(f"libvirt unreachable ({libvirtd.URI}): {e.get_error_message()}") from None
         try:
             found = {}
             for dom in conn.listAllDomains():
@@ -234,8 +240,11 @@ class VagrantProvider(Provider):
                     state = STATE_NAMES.get(dom.state()[0], "other")
                     found[dom.name()] = Observed(dom.name(), state)
             return found
+        except libvirt.libvirtError as e:  # the connection dropped while listing (libvirtd stopped)
+            raise ProviderUnreachable(f"libvirt stopped answering ({libvirtd.URI}): {e.get_error_message()}") from None
         finally:
-            conn.close()
+            with contextlib.suppress(Exception):
+                conn.close()
 
     def reboot(self, cluster: str, name: str) -> Observed:
         """Restart the VM (start it if it is shut off) and wait until it answers SSH again."""

@@ -18,6 +18,8 @@ class ClusterRow:
     created_at: float
     in_service_at: float | None = None
     full_size_at: float | None = None
+    unobserved_since: float | None = None  # the provider could not be asked since then (stale state)
+    unobserved_reason: str | None = None
 
 
 @dataclass

@@ -6,14 +6,15 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS clusters (
   name TEXT PRIMARY KEY, arn TEXT NOT NULL, status TEXT NOT NULL, failure_message TEXT,
   spec TEXT NOT NULL, provider TEXT NOT NULL, net_index INTEGER NOT NULL,
-  created_at REAL NOT NULL, in_service_at REAL, full_size_at REAL
+  created_at REAL NOT NULL, in_service_at REAL, full_size_at REAL,
+  unobserved_since REAL, unobserved_reason TEXT
 );
 CREATE TABLE IF NOT EXISTS groups (
   cluster TEXT NOT NULL, name TEXT NOT NULL, instance_type TEXT NOT NULL, node_type TEXT NOT NULL,
@@ -56,6 +57,9 @@ ADDED_COLUMNS = [
     ("events", "instance_id", "TEXT"),
     # schema 3
     ("nodes", "configured_at", "REAL"),
+    # schema 4: the engine could not observe the cluster's VMs since then, and why (NULL: it can)
+    ("clusters", "unobserved_since", "REAL"),
+    ("clusters", "unobserved_reason", "TEXT"),
 ]
 
 

@@ -158,6 +158,11 @@ def test_a_schema_1_state_file_is_upgraded_in_place(tmp_path):
       VALUES ('c', 'c-a-1', 'a', 1, 'i-0', '10.0.0.2', 'm', 'running');
     CREATE TABLE events (id INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL, cluster TEXT NOT NULL,
       grp TEXT, node TEXT, resource_type TEXT NOT NULL, level TEXT NOT NULL, description TEXT NOT NULL);
+    CREATE TABLE clusters (name TEXT PRIMARY KEY, arn TEXT NOT NULL, status TEXT NOT NULL, failure_message TEXT,
+      spec TEXT NOT NULL, provider TEXT NOT NULL, net_index INTEGER NOT NULL,
+      created_at REAL NOT NULL, in_service_at REAL, full_size_at REAL);
+    INSERT INTO clusters (name, arn, status, spec, provider, net_index, created_at)
+      VALUES ('c', 'arn:c', 'InService', '{}', 'sim', 1, 0);
     """)
     db.commit()
     db.close()
@@ -167,7 +172,11 @@ def test_a_schema_1_state_file_is_upgraded_in_place(tmp_path):
     st.add_event("c", "Instance", "Info", "hello", node="c-a-1")
     assert st.events("c")[0].instance_id == "i-0"
     assert n.configured_at is None
-    assert st.meta("schema_version") == SCHEMA_VERSION == 3
+    c = st.cluster("c")
+    assert c.status == "InService" and c.unobserved_since is None and c.unobserved_reason is None
+    st.update_cluster("c", unobserved_since=5.0, unobserved_reason="gone")
+    assert st.cluster("c").unobserved_since == 5.0
+    assert st.meta("schema_version") == SCHEMA_VERSION == 4
 
 
 def test_a_schema_2_state_file_gets_configured_at(tmp_path):
@@ -190,7 +199,7 @@ def test_a_schema_2_state_file_gets_configured_at(tmp_path):
     db.commit()
     db.close()
     st = Store(tmp_path / "state.db")
-    assert st.meta("schema_version") == 3
+    assert st.meta("schema_version") == SCHEMA_VERSION == 4
     n = st.node("c", "c-compute-1")
     assert (n.phase, n.generation, n.configured_at) == ("configured", 2, None)
     st.update_node("c", "c-compute-1", configured_at=123.5)
