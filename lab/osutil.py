@@ -62,6 +62,22 @@ def kill_group(pgid: int, *, grace: float = 20.0, alive=None, wait: subprocess.P
             return
 
 
+def running(pid: int) -> bool:
+    """True while process `pid` runs. A zombie (ended, not yet reaped: the orphan of a SIGKILLed
+    parent, where PID 1 does not reap) is not running."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def meminfo_mib(field: str = "MemAvailable") -> int:
     """One /proc/meminfo field in MiB (0 when absent)."""
     with contextlib.suppress(OSError), open("/proc/meminfo") as f:

@@ -104,6 +104,25 @@ def list_cluster_nodes(name: str, output: Output = OutputOpt) -> None:
                   f"{gpu + '  ' if gpu else ''}{s.get('Message', '')}")
 
 
+@app.command("list-cluster-events")
+def list_cluster_events(
+    name: str,
+    last: int = typer.Option(0, "--last", min=0, help="only the newest N events (0: all)"),
+    output: Output = OutputOpt,
+) -> None:
+    """The cluster's events (HyperPod's ListClusterEvents), oldest first."""
+    from lab.engine import clusters
+
+    events = clusters.list_events(store(), name)
+    if last:
+        events = events[-last:]
+    if output == Output.json:
+        print_json({"Events": events})
+        return
+    for e in events:
+        out.print(f"{e['EventTime'][:19]}  {e['EventLevel']:<5}  {e['Description']}", markup=False, highlight=False)
+
+
 @app.command("delete-cluster")
 def delete_cluster(
     name: str,

@@ -18,6 +18,7 @@ import time
 from filelock import FileLock, Timeout
 
 from lab import paths
+from lab.osutil import running
 from lab.store import Store
 
 log = logging.getLogger("lab.engine")
@@ -164,13 +165,8 @@ def _end_orphans_of_previous_engine() -> None:
         return
     if old == os.getpid():
         return
-    try:
-        os.kill(old, 0)
+    if running(old):
         return  # still alive: not ours to touch (the lock says it is not an engine any more, though)
-    except ProcessLookupError:
-        pass
-    except PermissionError:
-        return
     try:
         os.killpg(old, signal.SIGTERM)
         log.info("ended leftover processes of the previous engine (process group %d)", old)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -305,6 +306,91 @@ def test_verify_names_a_stopped_slurmd(tmp_path):
     assert on("login", f"sinfo -h -N -n {node} -o %T").strip() == "idle"
 
 
+def _tracebacks_in_engine_log() -> int:
+    log = Path(os.environ["SLURMLAB_HOME"]) / "engine.log"
+    return log.read_text(errors="replace").count("Traceback") if log.exists() else 0
+
+
+def _engine_pid() -> int:
+    pid = json.loads(sl("engine", "status", "--output", "json").stdout)["pid"]
+    assert pid and pid > 0, "the engine is not running"
+    return pid
+
+
+def test_libvirt_down_shows_stale_state_and_the_engine_resumes_by_itself():
+    """Issue 15: libvirtd stopped under the running cluster. describe-cluster says the state is
+    stale (and why, and the fix), every Running node says it was not observed since then, one Error
+    event, no traceback a second in engine.log. `slurmlab host up` starts libvirtd again (the VMs
+    ran on) and the same engine carries on by itself."""
+    engine = _engine_pid()
+    pid = libvirtd.daemon_state("libvirtd").pid
+    assert pid, "libvirtd is not running"
+    tracebacks = _tracebacks_in_engine_log()
+    os.kill(pid, signal.SIGTERM)
+    try:
+        deadline = time.monotonic() + 120
+        while "Stale" not in describe()["Lab"]:
+            assert time.monotonic() < deadline, "describe-cluster never said that the state is stale"
+            time.sleep(3)
+        time.sleep(20)  # the engine keeps asking libvirt, with backoff
+        p = sl("describe-cluster", NAME)
+        _keep("libvirt-down-describe.txt", p)
+        assert "STALE" in p.stdout and "libvirt" in p.stdout and "slurmlab host up" in p.stdout, p.stdout
+        running = [n for n in nodes().values() if n["InstanceStatus"]["Status"] == "Running"]
+        assert running and all(n["InstanceStatus"]["Message"].startswith("stale: not observed since") for n in running)
+        ev = sl("list-cluster-events", NAME, "--last", "3")
+        _keep("libvirt-down-events.txt", ev)
+        assert sum("cannot observe the VMs" in line for line in ev.stdout.splitlines()) == 1, ev.stdout
+        assert _tracebacks_in_engine_log() == tracebacks
+    finally:
+        sl("host", "up", timeout=300)
+    deadline = time.monotonic() + 120
+    while "Stale" in describe()["Lab"]:
+        assert time.monotonic() < deadline, "the engine did not resume observing after `slurmlab host up`"
+        time.sleep(3)
+    assert _engine_pid() == engine  # no restart needed
+    assert "observed again" in sl("list-cluster-events", NAME, "--last", "3").stdout
+    assert all(n["InstanceStatus"]["Status"] == "Running" for n in nodes().values())
+    assert sorted(on("login", "srun -p dev -N2 hostname").split()) == [f"{NAME}-compute-1", f"{NAME}-compute-2"]
+
+
+def _kill_engine_when(node: str, phase: str, timeout: float = 900) -> int:
+    """SIGKILL the engine the moment `node` reaches `phase` in the store; its pid."""
+    from lab.osutil import running
+    from lab.store.db import Store
+
+    st = Store(Path(os.environ["SLURMLAB_HOME"]) / "state.db")
+    try:
+        deadline = time.monotonic() + timeout
+        while (n := st.node(NAME, node)) is None or n.phase != phase:
+            assert time.monotonic() < deadline, f"{node} never reached {phase} (last {n.phase if n else None})"
+            assert n is None or n.phase != "running", f"{node} was Running before it was seen {phase}"
+            time.sleep(0.2)
+    finally:
+        st.close()
+    pid = _engine_pid()
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while running(pid):
+        assert time.monotonic() < deadline, "the engine survived SIGKILL"
+        time.sleep(0.2)
+    return pid
+
+
+def _live_members(pgid: int) -> list[str]:
+    """Processes of a process group that still run (zombies left out), as 'pid command'."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            comm, rest = stat.read_text().rsplit(")", 1)
+        except OSError:
+            continue
+        fields = rest.split()
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            out.append(f"{stat.parent.name} {comm.split('(', 1)[1]}")
+    return out
+
+
 def test_scale_out_then_in():
     """BatchAddClusterNodes: a third compute node joins the running cluster, every node resolves its
     name, srun reaches it. BatchDeleteClusterNodes of that node: drained, out of slurm.conf, VM gone;
@@ -312,8 +398,13 @@ def test_scale_out_then_in():
     new = f"{NAME}-compute-3"
     sl("capacity", "set", "ml.c5.large", "3")  # the test's capacity day had room for two
     assert new in sl("batch-add-cluster-nodes", NAME, "compute").stdout
+    # issue 15: the engine SIGKILLed in the middle of the node's join; a new engine finishes it
+    killed = _kill_engine_when(new, "joining")
+    sl("engine", "start")
+    assert _engine_pid() != killed
     sl("describe-cluster", NAME, "--wait-for", "FullSize", "--timeout", "900")
     assert nodes()[new]["InstanceStatus"]["Status"] == "Running"
+    assert _live_members(killed) == []  # the killed engine's Ansible and ssh processes were ended
     assert sorted(on("login", "srun -p dev -N3 hostname").split()) == [f"{NAME}-compute-{i}" for i in (1, 2, 3)]
     for node in ("controller", "login", f"{NAME}-compute-1"):  # the nodes that were there before it
         assert new in on(node, f"getent hosts {new}"), f"{node} cannot resolve {new}"

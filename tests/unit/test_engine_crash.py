@@ -195,3 +195,25 @@ def test_orphan_vm_is_removed_and_lost_vm_follows_node_recovery(tmp_path):
         await lab.finish()
 
     asyncio.run(go())
+
+
+def test_a_zombie_is_not_running():
+    """A SIGKILLed engine that nobody reaps stays a zombie; the next engine must still end its
+    leftover process group (lab.osutil.running, used by the daemon)."""
+    import subprocess
+    import time
+
+    from lab.osutil import running
+
+    p = subprocess.Popen(["sleep", "30"])
+    try:
+        assert running(p.pid)
+        p.kill()
+        deadline = time.monotonic() + 5
+        while running(p.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not running(p.pid)
+        assert open(f"/proc/{p.pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"  # not reaped yet
+    finally:
+        p.wait()
+    assert not running(p.pid)

@@ -114,3 +114,25 @@ def test_a_deleting_cluster_waits_for_the_provider_too(tmp_path):
         assert not lab.vms()
 
     asyncio.run(go())
+
+
+def test_the_cli_shows_the_stale_mark_and_the_event(lab_home, tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from lab.cli import app
+    from lab.engine import daemon
+    from lab.engine.sight import Sight
+    from lab.spec import loads_spec
+
+    st = daemon.store()
+    clusters.create(st, loads_spec(spec_text()), provider="sim", start_engine=False)
+    Sight(st, lambda: 1000.0).lost(st.cluster("demo"), ProviderUnreachable(DOWN))
+    text = CliRunner().invoke(app, ["describe-cluster", "demo"]).output
+    assert "demo  Creating  STALE  (sim)" in text and "stale: the lab cannot observe this cluster's VMs since 1970-01-01T00:16:40" in text
+    assert "failure:" not in text
+    events = CliRunner().invoke(app, ["list-cluster-events", "demo", "--last", "1"]).output
+    assert "Error" in events and DOWN in events and "Fix: slurmlab host up" in events
+    data = json.loads(CliRunner().invoke(app, ["list-cluster-events", "demo", "-o", "json"]).output)
+    assert [e["EventLevel"] for e in data["Events"]] == ["Info", "Error"]
