@@ -129,6 +129,25 @@ def test_events(api):
     assert e.value.response["Error"]["Code"] == "ResourceNotFound"
 
 
+def test_a_stale_cluster_says_so_to_boto3(api):
+    """libvirt unreachable (issue 15): a client that reads only the model's fields still learns that
+    the statuses are old: FailureMessage, and each node's InstanceStatus.Message."""
+    from lab.engine.sight import Sight
+    from lab.providers.base import ProviderUnreachable
+
+    seed_cluster(api.store, "demo", computes=1)
+    Sight(api.store, time.time).lost(api.store.cluster("demo"), ProviderUnreachable("libvirt unreachable: socket gone"))
+    c = api.client()
+    d = c.describe_cluster(ClusterName="demo")
+    assert d["ClusterStatus"] == "InService" and d["FailureMessage"].startswith("stale: the lab cannot observe")
+    assert "libvirt unreachable: socket gone" in d["FailureMessage"] and "slurmlab host up" in d["FailureMessage"]
+    for n in c.list_cluster_nodes(ClusterName="demo")["ClusterNodeSummaries"]:
+        assert n["InstanceStatus"]["Status"] == "Running"
+        assert n["InstanceStatus"]["Message"].startswith("stale: not observed since"), n
+    ev = c.list_cluster_events(ClusterName="demo", SortOrder="Descending", MaxResults=1)["Events"][0]
+    assert ev["EventLevel"] == "Error" and "cannot observe the VMs of cluster demo" in ev["Description"]
+
+
 def test_delete_cluster_marks_deleting(api):
     seed_cluster(api.store, "demo", computes=1)
     c = api.client()
