@@ -39,6 +39,15 @@ async def _ready(lab, computes=2):
     await lab.tick()
 
 
+async def _full_then_down(tmp_path) -> tuple[SimLab, Outage]:
+    """A cluster at full size, then its provider unreachable."""
+    lab = SimLab(tmp_path)
+    await _ready(lab)
+    out = Outage(lab)
+    out.down = True
+    return lab, out
+
+
 def test_unreachable_provider_marks_stale_backs_off_and_resumes(tmp_path, caplog):
     async def go():
         lab = SimLab(tmp_path)
@@ -81,10 +90,7 @@ def test_unreachable_provider_marks_stale_backs_off_and_resumes(tmp_path, caplog
 
 def test_a_new_engine_keeps_the_stale_mark_without_a_second_event(tmp_path):
     async def go():
-        lab = SimLab(tmp_path)
-        await _ready(lab)
-        out = Outage(lab)
-        out.down = True
+        lab, out = await _full_then_down(tmp_path)
         await lab.ticks(3)
         since = lab.st.cluster("demo").unobserved_since
         assert since is not None
@@ -101,10 +107,7 @@ def test_a_new_engine_keeps_the_stale_mark_without_a_second_event(tmp_path):
 
 def test_a_deleting_cluster_waits_for_the_provider_too(tmp_path):
     async def go():
-        lab = SimLab(tmp_path)
-        await _ready(lab)
-        out = Outage(lab)
-        out.down = True
+        lab, out = await _full_then_down(tmp_path)
         clusters.delete(lab.st, "demo", start_engine=False)
         await lab.ticks(10)
         assert lab.st.cluster("demo") is not None and lab.vms()  # nothing removed blind
