@@ -13,14 +13,15 @@ private $SLURMLAB_HOME (a new /tmp/slurmlab-faults-*, kept for its logs). The sc
   sshd_stopped                   compute-1's sshd stopped (Ansible and ssh cannot reach it), then
                                  BatchRebootClusterNodes of it
   vm_killed_while_booting        a scale-out node's domain destroyed while it boots
+  host_memory_too_small          a process leaves the host less memory than the next VM needs (plus
+                                 the lab's 1 GiB reserve; ~1.4 GiB stay free): the scale-out is
+                                 refused (InsufficientCapacity), then goes ahead when it is freed
   libvirtd_restart_in_scale_out  libvirtd stopped while a scale-out node launches, `slurmlab host up`
                                  15 s later (the engine marks the cluster stale, then resumes)
   delete_interrupted             `slurmlab delete-cluster` interrupted (SIGINT) after 10 s, run again
 
-Not run here (and said so in the results): the host's free memory too small for the next VM, and a
-full pool disk. Both need a host resource taken away on purpose (a memory hog next to running
-guests risks the OOM killer on the guests; a full disk needs a size-limited pool), which this
-script does not do to a shared machine.
+Not run here (and said so in the results): a full pool disk. It needs a size-limited storage pool
+(the pool is a folder of the host's disk, which this script will not fill).
 
 After every scenario: nodes lost (a node not Running at the end), orphans (libvirt domains or pool
 volumes of the cluster that no node owns, Vagrant/Ansible processes of this lab outside the running
@@ -66,9 +67,6 @@ InstanceGroups:
 """
 C1, C2 = f"{NAME}-compute-1", f"{NAME}-compute-2"
 NOT_RUN = {
-    "host_memory_too_small": "not run: needs most of the host's memory taken by a hog next to running guests "
-                             "(the OOM killer may take a guest instead); the refusal itself is tested on the "
-                             "sim provider (InsufficientCapacity of the host's memory)",
     "pool_disk_full": "not run: needs a size-limited storage pool (a loop-mounted filesystem) to fill safely",
 }
 
@@ -284,6 +282,51 @@ def vm_killed_while_booting(lab: Lab, rng: random.Random) -> dict:
             "detail": f"{new} destroyed while {killed_in}; Running {recover:.0f} s later; then scaled in"}
 
 
+HOG = """
+import mmap, sys, time
+n = int(sys.argv[1]) << 20
+m = mmap.mmap(-1, n)
+for i in range(0, n, 4096):
+    m[i] = 1
+print("ready", flush=True)
+time.sleep(300)  # bounded even if nobody ends it
+"""
+
+
+def host_memory_too_small(lab: Lab, rng: random.Random) -> dict:
+    """A process takes the host's memory down to less than the next VM needs plus the host's reserve
+    (the host keeps about 1.4 GiB: the guests are not starved); the scale-out must be refused with
+    InsufficientCapacity, not crash, and go ahead by itself once the memory is back."""
+    from lab.engine import daemon
+    from lab.osutil import meminfo_mib
+    from lab.providers.vagrant import VagrantProvider
+
+    engine = daemon.running_pid()
+    size = next(g.memory_mib for g in lab.st.groups(NAME) if g.name == "compute")
+    hog_mib = meminfo_mib() - (size + VagrantProvider.HOST_RESERVE_MIB) + 300
+    hog = subprocess.Popen([sys.executable, "-c", HOG, str(hog_mib)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert hog.stdout.readline().strip() == "ready", "the memory hog did not start"
+        say(f"  {hog_mib} MiB taken; {meminfo_mib()} MiB available")
+        new = lab.scale_out()
+        lab.wait(lambda: "InsufficientCapacity: the host has" in ((n := lab.node(new)) and n.message or ""), 600,
+                 f"{new} refused for the host's memory")
+        refused = lab.node(new).message
+    finally:
+        hog.kill()
+        hog.wait()
+    t0 = time.time()
+    lab.wait(lambda: lab.phase(new) == "running", 1500, f"{new} Running once the memory was back")
+    recover = time.time() - t0
+    same_engine = daemon.running_pid() == engine
+    lost, orphans = lab.lost(), lab.orphans()
+    lab.scale_in(new)
+    return {"recover_s": round(recover, 1), "survived_extra": same_engine, "lost_before_scale_in": lost,
+            "orphans_before_scale_in": orphans,
+            "detail": f"refused: '{refused[:160]}'; Running {recover:.0f} s after the memory came back; "
+                      f"engine {'kept running' if same_engine else 'was restarted'}; then scaled in"}
+
+
 def libvirtd_restart_in_scale_out(lab: Lab, rng: random.Random) -> dict:
     from lab.host import libvirtd
 
@@ -325,7 +368,7 @@ def delete_interrupted(lab: Lab, rng: random.Random) -> dict:
 
 
 SCENARIOS = [engine_sigkill_during_create, vm_killed_after_join, sshd_stopped, vm_killed_while_booting,
-             libvirtd_restart_in_scale_out, delete_interrupted]
+             host_memory_too_small, libvirtd_restart_in_scale_out, delete_interrupted]
 
 
 def run(lab: Lab, fn, rng: random.Random) -> dict:
