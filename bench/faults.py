@@ -254,9 +254,11 @@ def vm_killed_after_join(lab: Lab, rng: random.Random) -> dict:
 def sshd_stopped(lab: Lab, rng: random.Random) -> dict:
     on(C1, "sudo systemd-run --on-active=1 --unit=faults-stop-ssh sh -c "
            "'systemctl stop ssh.socket 2>/dev/null; systemctl stop ssh.service'")
-    time.sleep(5)
-    p = sl("ssh", NAME, C1, "--", "true", check=False, timeout=120)
-    unreachable = p.returncode != 0
+    # the guest takes seconds to run the timer (TCG): wait until a new ssh login is refused
+    deadline, unreachable = time.monotonic() + 90, False
+    while not unreachable and time.monotonic() < deadline:
+        time.sleep(3)
+        unreachable = sl("ssh", NAME, C1, "--", "true", check=False, timeout=120).returncode != 0
     t0 = time.time()
     sl("batch-reboot-cluster-nodes", NAME, C1)
     lab.wait(lambda: (n := lab.node(C1)) is not None and n.phase == "running" and (n.joined_at or 0) > t0
