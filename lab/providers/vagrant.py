@@ -21,12 +21,13 @@ from lab.host import kvm, libvirtd, mode
 from lab.providers import network, priority
 from lab.providers.base import ClusterNet, LaunchError, MachineSpec, Observed, Provider, ProviderUnreachable, mac_for
 from lab.providers.vagrantfile import render
-from lab.osutil import atomic_write, kill_group
+from lab.providers import watch
+from lab.providers.watch import STATE_NAMES, end_group, stopped_while_booting
+from lab.osutil import atomic_write
 from lab.workspace import ClusterDir
 
 log = logging.getLogger(__name__)
 
-STATE_NAMES = {0: "nostate", 1: "running", 2: "blocked", 3: "paused", 4: "shutdown", 5: "shutoff", 6: "crashed", 7: "pmsuspended"}
 
 
 def _netns_wrapper(tool: str) -> str:
@@ -117,7 +118,8 @@ class VagrantProvider(Provider):
 
     # ------------------------------------------------------------------ helpers
     def _vagrant(self, cluster: str, args: list[str], logname: str, timeout: float = 1800,
-                 ready: Callable[[], bool] | None = None, poll: float = 2.0) -> None:
+                 ready: Callable[[], bool] | None = None, poll: float = 2.0,
+                 abort: Callable[[], str | None] | None = None) -> None:
         """Run `vagrant ARGS` in the cluster's folder. With `ready`, return as soon as it says yes
         (checked every `poll` s): `vagrant up` goes on with its own bookkeeping for tens of seconds
         after the VM answers ssh (measured: the naive build's VMs answered at 163-185 s, `vagrant
@@ -135,7 +137,13 @@ class VagrantProvider(Provider):
                                     stdin=subprocess.DEVNULL, start_new_session=True)
         with self._lock:
             self._inflight.setdefault(cluster, set()).add(proc)
-        rc = wait_or_ready(proc, timeout, ready, poll)
+        try:
+            rc = watch.wait_or_ready(proc, timeout, ready, poll, abort=abort)
+        except LaunchError as e:
+            with self._lock:
+                self._inflight.get(cluster, set()).discard(proc)
+            e.log_path = logf
+            raise
         if rc is None:  # ready before vagrant returned: let it finish in the background
             threading.Thread(target=self._reap, args=(cluster, proc, args, logf), daemon=True).start()
             return
@@ -159,7 +167,7 @@ class VagrantProvider(Provider):
         with self._lock:
             procs = list(self._inflight.get(cluster, ()))
         for p in procs:
-            _end_group(p)
+            end_group(p)
         return len(procs)
 
     def network(self, cluster: str, preferred_index: int = 0) -> ClusterNet:
@@ -219,7 +227,8 @@ class VagrantProvider(Provider):
         if machine.node_type == "Controller":
             priority.favor_when_started(machine.name)  # it boots first when every VM boots at once
         self._vagrant(cluster, ["up", machine.name, "--provider", "libvirt", "--no-provision"], machine.name,
-                      ready=lambda: ssh_answers(cluster, machine.address, connect_timeout=3, timeout=15))
+                      ready=lambda: ssh_answers(cluster, machine.address, connect_timeout=3, timeout=15),
+                      abort=stopped_while_booting(machine.name))
         obs = self.observe(cluster).get(machine.name)
         if not obs or obs.state != "running":
             raise LaunchError(f"{machine.name}: vagrant up returned but the domain is {obs.state if obs else 'missing'}")
@@ -306,30 +315,6 @@ def credentials_dir(cluster: str) -> Path:
     """Secrets qemu hands to the cluster's VMs (fw_cfg): a folder only the qemu user can read,
     under the libvirt folder (qemu may not reach $SLURMLAB_HOME). Removed with the cluster."""
     return paths.libvirt_dir() / "credentials" / cluster
-
-
-def wait_or_ready(proc, timeout: float, ready: Callable[[], bool] | None, poll: float = 2.0,
-                  clock: Callable[[], float] = time.monotonic) -> int | None:
-    """Wait for `proc`: its exit code; None as soon as `ready()` says yes while it still runs; -1 (after
-    ending its process group) when `timeout` passes."""
-    import subprocess
-
-    t0 = clock()
-    while True:
-        try:
-            return proc.wait(timeout=poll if ready else max(0.0, timeout - (clock() - t0)))
-        except subprocess.TimeoutExpired:
-            pass
-        if clock() - t0 >= timeout:
-            _end_group(proc)
-            return proc.returncode if proc.returncode is not None else -1
-        if ready is not None and ready():
-            return None
-
-
-def _end_group(proc) -> None:
-    """SIGTERM a vagrant process group we started; SIGKILL it if it lingers."""
-    kill_group(proc.pid, grace=20.0, wait=proc)
 
 
 def _cluster_of(dom) -> str | None:

@@ -106,7 +106,7 @@ class _FakeProc:
 
 
 def test_wait_or_ready_returns_when_the_vm_answers_before_vagrant_returns():
-    from lab.providers.vagrant import wait_or_ready
+    from lab.providers.watch import wait_or_ready
 
     answers = iter([False, False, True])
     clock = iter(range(100)).__next__
@@ -118,10 +118,33 @@ def test_wait_or_ready_returns_when_the_vm_answers_before_vagrant_returns():
 
 
 def test_wait_or_ready_ends_a_vagrant_that_takes_too_long(monkeypatch):
-    from lab.providers import vagrant
+    from lab.providers import watch
 
     ended = []
-    monkeypatch.setattr(vagrant, "_end_group", lambda p: ended.append(p))
+    monkeypatch.setattr(watch, "end_group", lambda p: ended.append(p))
     proc = _FakeProc(None)
-    assert vagrant.wait_or_ready(proc, 5, lambda: False, clock=iter(range(0, 100, 2)).__next__) == -1
+    assert watch.wait_or_ready(proc, 5, lambda: False, clock=iter(range(0, 100, 2)).__next__) == -1
     assert ended == [proc]
+
+
+def test_a_vm_stopped_under_its_boot_ends_vagrant_up_at_once(monkeypatch):
+    """bench/faults.py vm_killed_while_booting: the domain destroyed while `vagrant up` waited for its
+    IP address kept the node launching until vagrant's boot_timeout (600 s). The watcher ends vagrant
+    and raises a transient LaunchError as soon as the domain, seen running, is shut off."""
+    import pytest
+
+    from lab.providers import watch
+    from lab.providers.base import LaunchError
+
+    ended = []
+    monkeypatch.setattr(watch, "end_group", lambda p: ended.append(p))
+    states = iter([None, "missing", "running", "running", "shutoff"])  # libvirt away, defining, booting, killed
+    abort = watch.stopped_while_booting("demo-compute-3", state=lambda name: next(states))
+    proc = _FakeProc(None)
+    with pytest.raises(LaunchError) as e:
+        watch.wait_or_ready(proc, 600, lambda: False, clock=iter(range(100)).__next__, abort=abort)
+    assert e.value.transient and "demo-compute-3: the VM stopped while it booted (domain shutoff)" in str(e.value)
+    assert ended == [proc]
+    # never seen running: a domain still being defined (missing, shut off) is no reason to stop
+    quiet = watch.stopped_while_booting("x", state=lambda name: "shutoff")
+    assert [quiet() for _ in range(3)] == [None, None, None]

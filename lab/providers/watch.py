@@ -1,0 +1,79 @@
+"""Watching a `vagrant up`: return when the VM answers (vagrant goes on with its bookkeeping), end
+it when it takes too long, or when the VM it waits for was stopped under it (vagrant-libvirt would
+wait for an IP address until its boot_timeout)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+
+from lab.host import libvirtd
+from lab.osutil import kill_group
+from lab.providers.base import LaunchError
+
+STATE_NAMES = {0: "nostate", 1: "running", 2: "blocked", 3: "paused", 4: "shutdown", 5: "shutoff", 6: "crashed", 7: "pmsuspended"}
+
+
+def wait_or_ready(proc, timeout: float, ready: Callable[[], bool] | None, poll: float = 2.0,
+                  clock: Callable[[], float] = time.monotonic,
+                  abort: Callable[[], str | None] | None = None) -> int | None:
+    """Wait for `proc`: its exit code; None as soon as `ready()` says yes while it still runs; -1 (after
+    ending its process group) when `timeout` passes. When `abort()` gives a reason (the VM it waits
+    for is gone), its process group is ended and LaunchError(reason) raised (transient)."""
+    import subprocess
+
+    t0 = clock()
+    while True:
+        try:
+            return proc.wait(timeout=poll if (ready or abort) else max(0.0, timeout - (clock() - t0)))
+        except subprocess.TimeoutExpired:
+            pass
+        if clock() - t0 >= timeout:
+            end_group(proc)
+            return proc.returncode if proc.returncode is not None else -1
+        if ready is not None and ready():
+            return None
+        why = abort() if abort is not None else None
+        if why:
+            end_group(proc)
+            raise LaunchError(why)
+
+
+def domain_state(name: str) -> str | None:
+    """The libvirt state of a domain ("missing" when there is none; None when libvirt cannot be asked)."""
+    import libvirt
+
+    try:
+        conn = libvirtd.connect()
+    except libvirt.libvirtError:
+        return None
+    try:
+        return STATE_NAMES.get(conn.lookupByName(name).state()[0], "other")
+    except libvirt.libvirtError:
+        return "missing"
+    finally:
+        with contextlib.suppress(Exception):
+            conn.close()
+
+
+def stopped_while_booting(name: str, state: Callable[[str], str | None] = domain_state) -> Callable[[], str | None]:
+    """For `vagrant up`: a reason once the VM, seen running, is shut off, crashed or gone (destroyed
+    under a boot). vagrant-libvirt would wait for its IP address until boot_timeout (600 s)."""
+    seen = False
+
+    def check() -> str | None:
+        nonlocal seen
+        now = state(name)
+        if now == "running":
+            seen = True
+        elif seen and now in ("shutoff", "crashed", "missing"):
+            return f"{name}: the VM stopped while it booted (domain {now}); it is launched again"
+        return None
+
+    return check
+
+
+def end_group(proc) -> None:
+    """SIGTERM a vagrant process group we started; SIGKILL it if it lingers."""
+    kill_group(proc.pid, grace=20.0, wait=proc)
