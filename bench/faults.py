@@ -431,6 +431,7 @@ def main() -> None:
     rng = random.Random(args.seed)
     only = {s for s in args.only.split(",") if s}
     rows = []
+    interrupted = None
     try:
         for fn in SCENARIOS:
             if only and fn.__name__ not in only and fn not in (engine_sigkill_during_create, delete_interrupted):
@@ -439,19 +440,23 @@ def main() -> None:
             if fn is engine_sigkill_during_create and not lab.full():
                 say("the cluster never reached full size: the other scenarios need it; stopping")
                 break
+    except KeyboardInterrupt as e:  # what ran so far is still written
+        interrupted = f"interrupted ({e}) during {len(rows) + 1}th scenario"
+        say(interrupted)
     finally:
         if lab.st.cluster(NAME) is not None:
             sl("delete-cluster", NAME, check=False, timeout=900)
         sl("engine", "stop", check=False)
     rows += [{"scenario": k, "not_run": v} for k, v in NOT_RUN.items()]
     result = {"seed": args.seed, "driver": kvm.detect().driver, "home": str(home), "scenarios": rows,
-              "survived": sum(1 for r in rows if r.get("survived")), "run": sum(1 for r in rows if "survived" in r)}
+              "survived": sum(1 for r in rows if r.get("survived")), "run": sum(1 for r in rows if "survived" in r),
+              "interrupted": interrupted}
     out = REPO / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
     (out / f"faults-{time.strftime('%Y%m%d-%H%M%S')}.json").write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))
     print(table(rows), file=sys.stderr)
-    sys.exit(0 if result["survived"] == result["run"] else 1)
+    sys.exit(130 if interrupted else 0 if result["survived"] == result["run"] else 1)
 
 
 if __name__ == "__main__":
