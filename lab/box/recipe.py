@@ -28,7 +28,9 @@ DEFAULT_MIRROR = "http://deb.debian.org/debian"
 PACKAGES: tuple[str, ...] = (
     "linux-image-cloud-amd64",
     "systemd-sysv",
-    "systemd-timesyncd",
+    # time: the nodes have no route out, so the controller's chronyd serves the cluster's time
+    # (roles/common/tasks/time.yml); systemd-timesyncd had no server to reach and the clocks drifted apart
+    "chrony",
     "udev",
     "openssh-server",
     "python3",
