@@ -269,6 +269,14 @@ def sshd_stopped(lab: Lab, rng: random.Random) -> dict:
                       f"BatchReboot brought it back in {time.time() - t0:.0f} s; srun -N2: {' '.join(hosts)}"}
 
 
+def _then_scale_in(lab: Lab, new: str, recover: float, detail: str, ok: bool = True) -> dict:
+    """A scale-out scenario's row: what was lost or left while the added node ran, then it goes."""
+    lost, orphans = lab.lost(), lab.orphans()
+    lab.scale_in(new)
+    return {"recover_s": round(recover, 1), "survived_extra": ok and not lost and not orphans,
+            "lost_before_scale_in": lost, "orphans_before_scale_in": orphans, "detail": detail + "; then scaled in"}
+
+
 def vm_killed_while_booting(lab: Lab, rng: random.Random) -> dict:
     new = lab.scale_out()
     lab.wait(lambda: lab.phase(new) == "launching" and lab.domain_running(new), 600, f"{new} booting")
@@ -278,10 +286,7 @@ def vm_killed_while_booting(lab: Lab, rng: random.Random) -> dict:
     lab.destroy(new)
     lab.wait(lambda: lab.phase(new) == "running", 1500, f"{new} Running after its domain was destroyed")
     recover = time.time() - t0
-    lost, orphans = lab.lost(), lab.orphans()
-    lab.scale_in(new)
-    return {"recover_s": round(recover, 1), "lost_before_scale_in": lost, "orphans_before_scale_in": orphans,
-            "detail": f"{new} destroyed while {killed_in}; Running {recover:.0f} s later; then scaled in"}
+    return _then_scale_in(lab, new, recover, f"{new} destroyed while {killed_in}; Running {recover:.0f} s later")
 
 
 HOG = """
@@ -321,12 +326,8 @@ def host_memory_too_small(lab: Lab, rng: random.Random) -> dict:
     lab.wait(lambda: lab.phase(new) == "running", 1500, f"{new} Running once the memory was back")
     recover = time.time() - t0
     same_engine = daemon.running_pid() == engine
-    lost, orphans = lab.lost(), lab.orphans()
-    lab.scale_in(new)
-    return {"recover_s": round(recover, 1), "survived_extra": same_engine, "lost_before_scale_in": lost,
-            "orphans_before_scale_in": orphans,
-            "detail": f"refused: '{refused[:160]}'; Running {recover:.0f} s after the memory came back; "
-                      f"engine {'kept running' if same_engine else 'was restarted'}; then scaled in"}
+    return _then_scale_in(lab, new, recover, f"refused: '{refused[:160]}'; Running {recover:.0f} s after the memory "
+                          f"came back; engine {'kept running' if same_engine else 'was restarted'}", ok=same_engine)
 
 
 def libvirtd_restart_in_scale_out(lab: Lab, rng: random.Random) -> dict:
@@ -347,12 +348,8 @@ def libvirtd_restart_in_scale_out(lab: Lab, rng: random.Random) -> dict:
     lab.wait(lambda: lab.phase(new) == "running" and lab.st.cluster(NAME).unobserved_since is None, 1500,
              f"{new} Running after libvirtd came back")
     recover = time.time() - t0
-    lost, orphans = lab.lost(), lab.orphans()
-    lab.scale_in(new)
-    return {"recover_s": round(recover, 1), "survived_extra": stale, "lost_before_scale_in": lost,
-            "orphans_before_scale_in": orphans,
-            "detail": f"libvirtd down 15 s while {new} launched; cluster marked stale: {stale}; {new} Running "
-                      f"{recover:.0f} s after libvirtd was stopped; then scaled in"}
+    return _then_scale_in(lab, new, recover, f"libvirtd down 15 s while {new} launched; cluster marked stale: "
+                          f"{stale}; {new} Running {recover:.0f} s after libvirtd was stopped", ok=stale)
 
 
 def delete_interrupted(lab: Lab, rng: random.Random) -> dict:
