@@ -62,6 +62,11 @@ def kill_group(pgid: int, *, grace: float = 20.0, alive=None, wait: subprocess.P
             return
 
 
+def _stat(path: Path) -> list[str]:
+    """/proc/PID/stat's fields after the command name: state, ppid, pgrp, session, ..."""
+    return path.read_text().rsplit(")", 1)[1].split()
+
+
 def running(pid: int) -> bool:
     """True while process `pid` runs. A zombie (ended, not yet reaped: the orphan of a SIGKILLed
     parent, where PID 1 does not reap) is not running."""
@@ -72,10 +77,21 @@ def running(pid: int) -> bool:
     except PermissionError:
         return True
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        return _stat(Path(f"/proc/{pid}/stat"))[0] != "Z"
     except (OSError, IndexError):
         return False
+
+
+def live_processes(*, pgid: int | None = None, sid: int | None = None) -> list[int]:
+    """PIDs of the live (not zombie) processes of process group `pgid`, or of session `sid`."""
+    index, want = (2, pgid) if pgid is not None else (3, sid)
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = _stat(stat)
+            if int(fields[index]) == want and fields[0] != "Z":
+                pids.append(int(stat.parent.name))
+    return pids
 
 
 def meminfo_mib(field: str = "MemAvailable") -> int:

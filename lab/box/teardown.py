@@ -16,7 +16,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from lab.errors import HostError
-from lab.osutil import kill_group
+from lab.osutil import kill_group, live_processes
 
 from .cache import WORK_PREFIX, boxes_dir
 from .preflight import is_root
@@ -95,14 +95,8 @@ def teardown(work: Path) -> None:
 
 
 def _session_members(sid: int) -> list[int]:
-    """PIDs of the live (not zombie) processes in session `sid` (from /proc/PID/stat)."""
-    pids = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            if int(fields[3]) == sid and fields[0] != "Z":
-                pids.append(int(stat.parent.name))
-    return pids
+    """PIDs of the live (not zombie) processes in session `sid`."""
+    return live_processes(sid=sid)
 
 
 def _stop_orphans(work: Path, progress: Progress, grace: float = 60.0) -> None:

@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from lab.host import libvirtd
+from lab.osutil import live_processes
 from lab.providers import network
 
 pytestmark = pytest.mark.e2e
@@ -377,20 +378,6 @@ def _kill_engine_when(node: str, phase: str, timeout: float = 900) -> int:
     return pid
 
 
-def _live_members(pgid: int) -> list[str]:
-    """Processes of a process group that still run (zombies left out), as 'pid command'."""
-    out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            comm, rest = stat.read_text().rsplit(")", 1)
-        except OSError:
-            continue
-        fields = rest.split()
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            out.append(f"{stat.parent.name} {comm.split('(', 1)[1]}")
-    return out
-
-
 def test_scale_out_then_in():
     """BatchAddClusterNodes: a third compute node joins the running cluster, every node resolves its
     name, srun reaches it. BatchDeleteClusterNodes of that node: drained, out of slurm.conf, VM gone;
@@ -404,7 +391,7 @@ def test_scale_out_then_in():
     assert _engine_pid() != killed
     sl("describe-cluster", NAME, "--wait-for", "FullSize", "--timeout", "900")
     assert nodes()[new]["InstanceStatus"]["Status"] == "Running"
-    assert _live_members(killed) == []  # the killed engine's Ansible and ssh processes were ended
+    assert live_processes(pgid=killed) == []  # the killed engine's Ansible and ssh processes were ended
     assert sorted(on("login", "srun -p dev -N3 hostname").split()) == [f"{NAME}-compute-{i}" for i in (1, 2, 3)]
     for node in ("controller", "login", f"{NAME}-compute-1"):  # the nodes that were there before it
         assert new in on(node, f"getent hosts {new}"), f"{node} cannot resolve {new}"
