@@ -9,8 +9,8 @@ overrides the twins with real coroutines. `allocate` has no twin: the engine cal
 so it must be quick.
 
 Errors: `ProviderUnreachable` from `observe` means the hypervisor cannot be asked at all (the
-engine waits for it, see lab/engine/sight.py). `LaunchError(transient=True)` (capacity short, a libvirt/vagrant hiccup) is retried with
-backoff; `LaunchError(transient=False)` (a missing box, a bad Vagrantfile) makes the node a Failure
+engine waits for it, see lab/engine/sight.py). `LaunchError(transient=True)` (capacity short, a
+libvirt/vagrant hiccup) is retried with backoff; `LaunchError(transient=False)` (a missing box, a bad Vagrantfile) makes the node a Failure
 with its reason and is not retried until someone replaces or deletes the node. Any other exception
 counts as transient.
 """

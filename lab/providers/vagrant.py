@@ -20,13 +20,11 @@ from lab.host import kvm, libvirtd, mode
 from lab.providers import network, priority
 from lab.providers.base import ClusterNet, LaunchError, MachineSpec, Observed, Provider, ProviderUnreachable, mac_for
 from lab.providers.vagrantfile import render
-from lab.providers import watch
-from lab.providers.watch import STATE_NAMES, end_group, stopped_while_booting
+from lab.providers.watch import STATE_NAMES, end_group, stopped_while_booting, wait_or_ready
 from lab.osutil import atomic_write
 from lab.workspace import ClusterDir
 
 log = logging.getLogger(__name__)
-
 
 
 def _netns_wrapper(tool: str) -> str:
@@ -137,7 +135,7 @@ class VagrantProvider(Provider):
         with self._lock:
             self._inflight.setdefault(cluster, set()).add(proc)
         try:
-            rc = watch.wait_or_ready(proc, timeout, ready, poll, abort=abort)
+            rc = wait_or_ready(proc, timeout, ready, poll, abort=abort)
         except LaunchError as e:
             with self._lock:
                 self._inflight.get(cluster, set()).discard(proc)
