@@ -3,7 +3,7 @@
 One scenario after the other on one small cluster, each bounded in time.
 
 Real VMs; run as root on a host set up by `make up` (libvirtd, the box), with no other VMs running.
-The cluster (controller + 2 compute, no login; ~25-40 min in all on 2 cores without KVM) lives in a
+The cluster (controller + 2 compute, no login; ~30-45 min in all on 2 cores without KVM) lives in a
 private $SLURMLAB_HOME (a new /tmp/slurmlab-faults-*, kept for its logs). The scenarios, in order:
 
   engine_sigkill_during_create   the engine SIGKILLed at 5 seeded random moments of the create,
@@ -18,10 +18,14 @@ private $SLURMLAB_HOME (a new /tmp/slurmlab-faults-*, kept for its logs). The sc
                                  refused (InsufficientCapacity), then goes ahead when it is freed
   libvirtd_restart_in_scale_out  libvirtd stopped while a scale-out node launches, `slurmlab host up`
                                  15 s later (the engine marks the cluster stale, then resumes)
+  pool_disk_full                 the storage pool's disk short before a scale-out (refused with
+                                 InsufficientCapacity, retried), then filled while the VM boots (qemu
+                                 pauses the VMs that write; the engine marks them and resumes them once
+                                 the filler is gone)
   delete_interrupted             `slurmlab delete-cluster` interrupted (SIGINT) after 2 s, run again if needed
 
-Not run here (and said so in the results): a full pool disk. It needs a size-limited storage pool
-(the pool is a folder of the host's disk, which this script will not fill).
+The run has a storage pool of its own (--pool-mib, default 4096): a loop-mounted ext4 image, so that
+pool_disk_full fills that and never the host's disk. It is removed at the end.
 
 After every scenario: nodes lost (a node not Running at the end), orphans (libvirt domains or pool
 volumes of the cluster that no node owns, Vagrant/Ansible processes of this lab outside the running
@@ -29,12 +33,13 @@ engine's process group) and, at the very end, anything of the cluster left in li
 
 Output: JSON on stdout and in bench/results/faults-<time>.json, the table on stderr.
 
-    .venv/bin/python bench/faults.py [--seed N] [--only NAME,NAME]
+    .venv/bin/python bench/faults.py [--seed N] [--only NAME,NAME] [--pool-mib MIB]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -66,9 +71,7 @@ InstanceGroups:
     LifeCycleConfig: {{SourceS3Uri: {REPO / 'examples' / 'lifecycle'}, OnCreate: on_create.sh}}
 """
 C1, C2 = f"{NAME}-compute-1", f"{NAME}-compute-2"
-NOT_RUN = {
-    "pool_disk_full": "not run: needs a size-limited storage pool (a loop-mounted filesystem) to fill safely",
-}
+POOL_NOT_RUN = "not run: --pool-mib 0 (the lab's own pool, on the host's disk, is never filled)"
 
 
 def say(msg: str) -> None:
@@ -96,6 +99,7 @@ class Lab:
 
         self.home = home
         self.st = Store(home / "state.db")
+        self.pool: LoopPool | None = None
 
     # ------------------------------------------------------------------ what is there
     def phase(self, node: str) -> str | None:
@@ -176,6 +180,19 @@ class Lab:
         conn = libvirtd.connect()
         try:
             conn.lookupByName(node).destroy()
+        finally:
+            conn.close()
+
+    def paused(self) -> list[str]:
+        """The cluster's domains that are paused."""
+        import libvirt
+
+        from lab.host import libvirtd
+
+        conn = libvirtd.connect()
+        try:
+            return sorted(d.name() for d in conn.listAllDomains()
+                          if d.name().startswith(f"{NAME}-") and d.state()[0] == libvirt.VIR_DOMAIN_PAUSED)
         finally:
             conn.close()
 
@@ -352,6 +369,111 @@ def libvirtd_restart_in_scale_out(lab: Lab, rng: random.Random) -> dict:
                           f"{stale}; {new} Running {recover:.0f} s after libvirtd was stopped", ok=stale)
 
 
+class LoopPool:
+    """A size-limited storage pool for this run: an ext4 image (sparse, in /var/tmp) loop-mounted under
+    /var/lib/libvirt (qemu reaches it), the pool's folder in it and the filler beside it (so that the
+    pool never lists the filler as a volume). The whole cluster lives in it: its disk can be filled
+    without touching the host's."""
+
+    def __init__(self, mib: int):
+        self.root = Path(tempfile.mkdtemp(prefix="slurmlab-faults-pool-", dir="/var/lib/libvirt"))
+        self.image = Path("/var/tmp") / f"{self.root.name}.ext4"
+        self.pool, self.filler = self.root / "pool", self.root / "filler"
+        self.name = self.root.name.replace("-pool-", "-")  # a pool of its own (a crashed run's stays apart)
+        subprocess.run(["truncate", "-s", f"{mib}M", str(self.image)], check=True)
+        subprocess.run(["mkfs.ext4", "-q", "-F", "-m", "0", str(self.image)], check=True)
+        subprocess.run(["mount", "-o", "loop", str(self.image), str(self.root)], check=True)
+        self.pool.mkdir()
+        os.environ.update(SLURMLAB_POOL=self.name, SLURMLAB_POOL_DIR=str(self.pool))
+
+    def free(self) -> int:
+        from lab.providers import disk
+
+        return disk.free_mib(self.root)
+
+    def fill_to(self, left_mib: int | None) -> int:
+        """Leave `left_mib` free (None: remove the filler); the MiB free after."""
+        if left_mib is None:
+            self.filler.unlink(missing_ok=True)
+            return self.free()
+        have = self.filler.stat().st_size >> 20 if self.filler.exists() else 0
+        want = max(0, have + self.free() - left_mib)
+        if want <= have:
+            os.truncate(self.filler, want << 20)
+            return self.free()
+        fd = os.open(self.filler, os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            for _ in range(64):  # the last MiBs go to the filesystem's own metadata
+                try:
+                    os.posix_fallocate(fd, 0, want << 20)
+                    break
+                except OSError:
+                    want -= 1
+        finally:
+            os.close(fd)
+        return self.free()
+
+    def down(self) -> None:
+        import libvirt
+
+        from lab.host import libvirtd
+
+        self.filler.unlink(missing_ok=True)
+        with contextlib.suppress(libvirt.libvirtError):
+            conn = libvirtd.connect()
+            try:
+                pool = conn.storagePoolLookupByName(self.name)
+                for v in pool.listAllVolumes():  # the box's copy; the cluster's disks went with it
+                    v.delete(0)
+                if pool.isActive():
+                    pool.destroy()
+                pool.undefine()
+            finally:
+                conn.close()
+        subprocess.run(["umount", str(self.root)], check=False)
+        self.image.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            self.root.rmdir()
+
+
+def pool_disk_full(lab: Lab, rng: random.Random) -> dict:
+    """The pool's disk short before a scale-out (refused, retried), then full while the VM boots (qemu
+    pauses the VMs that write; the engine waits, says so, and resumes them once there is room)."""
+    from lab.providers import disk
+
+    pool = lab.pool
+    need = disk.VM_DISK_MIB + disk.RESERVE_MIB
+    say(f"  pool: {pool.fill_to(need - 300)} MiB free")
+    new = lab.scale_out()
+    lab.wait(lambda: "InsufficientCapacity: the storage pool" in ((n := lab.node(new)) and n.message or ""), 600,
+             f"{new} refused for the pool's disk")
+    refused = lab.node(new).message
+    say(f"  pool: {pool.fill_to(need + 100)} MiB free (room for one VM)")
+    lab.wait(lambda: lab.phase(new) == "launching" and lab.domain_running(new), 900, f"{new} booting")
+    time.sleep(rng.uniform(5, 20))
+    say(f"  pool: {pool.fill_to(0)} MiB free (full)")
+    def marked() -> list[str]:
+        return [n.name for n in lab.st.nodes(NAME) if (n.message or "").startswith("paused (disk full)")]
+
+    paused = []
+    try:
+        lab.wait(lambda: bool(paused.extend(lab.paused()) or paused), 300, "a VM paused on the full disk")
+        lab.wait(lambda: bool(marked()), 120, "the engine to mark the paused VMs")
+    except TimeoutError as e:
+        say(f"  {e}")
+    marks = marked()
+    shown = next((n.message for n in lab.st.nodes(NAME) if (n.message or "").startswith("paused")), "")
+    t0 = time.time()
+    say(f"  pool: {pool.fill_to(None)} MiB free (filler removed)")
+    lab.wait(lambda: not lab.paused() and lab.phase(new) == "running"
+             and not any((n.message or "").startswith("paused") for n in lab.st.nodes(NAME)), 1500,
+             f"{new} Running and every VM resumed")
+    recover = time.time() - t0
+    return _then_scale_in(lab, new, recover, f"refused: '{refused[:150]}'; then full while {new} booted: "
+                          f"paused {', '.join(paused) or 'none'}, marked {len(marks)} ('{shown[:90]}'); "
+                          f"all Running {recover:.0f} s after space came back", ok=bool(paused and marks))
+
+
 def delete_interrupted(lab: Lab, rng: random.Random) -> dict:
     p = subprocess.Popen([sys.executable, "-m", "lab", "delete-cluster", NAME], cwd=REPO,
                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -369,7 +491,7 @@ def delete_interrupted(lab: Lab, rng: random.Random) -> dict:
 
 
 SCENARIOS = [engine_sigkill_during_create, vm_killed_after_join, sshd_stopped, vm_killed_while_booting,
-             host_memory_too_small, libvirtd_restart_in_scale_out, delete_interrupted]
+             host_memory_too_small, libvirtd_restart_in_scale_out, pool_disk_full, delete_interrupted]
 
 
 def run(lab: Lab, fn, rng: random.Random) -> dict:
@@ -412,6 +534,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seed", type=int, default=15)
     ap.add_argument("--only", default="", help="comma-separated scenario names (the create always runs)")
+    ap.add_argument("--pool-mib", type=int, default=4096,
+                    help="the run's own storage pool: a loop-mounted ext4 image of this size (0: the lab's pool, "
+                         "and no pool_disk_full)")
     args = ap.parse_args()
 
     def interrupt(signum, frame):
@@ -422,11 +547,13 @@ def main() -> None:
     home = Path(tempfile.mkdtemp(prefix="slurmlab-faults-"))
     os.environ["SLURMLAB_HOME"] = str(home)
     (home / "faults.yaml").write_text(SPEC)
+    pool = LoopPool(args.pool_mib) if args.pool_mib else None  # before anything reads SLURMLAB_POOL
     from lab.host import kvm
 
-    say(f"state in {home}")
+    say(f"state in {home}" + (f"; storage pool {pool.name} ({args.pool_mib} MiB) in {pool.root}" if pool else ""))
     sl("host", "up", timeout=600)
     lab = Lab(home)
+    lab.pool = pool
     rng = random.Random(args.seed)
     only = {s for s in args.only.split(",") if s}
     rows = []
@@ -434,6 +561,9 @@ def main() -> None:
     try:
         for fn in SCENARIOS:
             if only and fn.__name__ not in only and fn not in (engine_sigkill_during_create, delete_interrupted):
+                continue
+            if fn is pool_disk_full and pool is None:
+                rows.append({"scenario": fn.__name__, "not_run": POOL_NOT_RUN})
                 continue
             rows.append(run(lab, fn, rng))
             if fn is engine_sigkill_during_create and not lab.full():
@@ -446,7 +576,8 @@ def main() -> None:
         if lab.st.cluster(NAME) is not None:
             sl("delete-cluster", NAME, check=False, timeout=900)
         sl("engine", "stop", check=False)
-    rows += [{"scenario": k, "not_run": v} for k, v in NOT_RUN.items()]
+        if pool is not None:
+            pool.down()
     result = {"seed": args.seed, "driver": kvm.detect().driver, "home": str(home), "scenarios": rows,
               "survived": sum(1 for r in rows if r.get("survived")), "run": sum(1 for r in rows if "survived" in r),
               "interrupted": interrupted}

@@ -28,6 +28,13 @@ def libvirt_dir() -> Path:
     return Path(os.environ.get("SLURMLAB_LIBVIRT_DIR", "/var/lib/libvirt/slurmlab"))
 
 
+def pool_dir() -> Path:
+    """The folder of the lab's libvirt storage pool (box volumes, VM disks). `$SLURMLAB_POOL_DIR`
+    (with `$SLURMLAB_POOL` naming the pool) puts them on another filesystem, e.g. a bigger disk."""
+    env = os.environ.get("SLURMLAB_POOL_DIR")
+    return Path(env) if env else libvirt_dir() / "pool"
+
+
 def netns() -> str:
     """The network namespace that holds libvirtd, the VM networks and all traffic to VMs."""
     return os.environ.get("SLURMLAB_NETNS", NETNS_DEFAULT)

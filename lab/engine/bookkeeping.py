@@ -16,6 +16,7 @@ BACKOFF_BASE = 10.0
 BACKOFF_MAX = 300.0
 SCALING = {"CreateCluster", "UpdateCluster", "BatchAddClusterNodes", "BatchDeleteClusterNodes"}
 ID_PREFIXES = {"sim": "i-sim-"}
+DISK_PAUSED = "paused (disk full):"
 PERMANENT_HINT = "not retried: BatchReplaceClusterNodes replaces it, BatchDeleteClusterNodes removes it"
 
 
@@ -161,6 +162,20 @@ class Bookkeeping:
                "(BatchReplaceClusterNodes replaces it, BatchDeleteClusterNodes removes it)")
         self.store.update_node(cluster, a.node, phase="lost", message=msg)
         self.store.add_event(cluster, "Instance", "Error", f"{a.node}: {msg}", grp=a.group, node=a.node)
+
+    def _disk_marks(self, cluster: str, nodes: list[NodeRow], seen: dict, p: planner.Plan) -> None:
+        """A node whose VM waits, paused, for room on the pool's disk says so (one Warning); once it was
+        resumed the mark goes (one Info). Such a node is never replaced: its work is intact."""
+        for n in nodes:
+            marked = (n.message or "").startswith(DISK_PAUSED)
+            if n.name in p.disk_full and not marked:
+                msg = f"{DISK_PAUSED} {seen[n.name].details.get('message') or 'the storage pool has no room'}"
+                self.store.update_node(cluster, n.name, message=msg)
+                self.store.add_event(cluster, "Instance", "Warning", f"{n.name}: {msg}", grp=n.grp, node=n.name)
+            elif marked and n.name not in p.disk_full and n.name in seen:
+                said = "resumed: the storage pool's disk had room again"
+                self.store.update_node(cluster, n.name, message="" if n.phase == "running" else said)
+                self.store.add_event(cluster, "Instance", "Info", f"{n.name}: {said}", grp=n.grp, node=n.name)
 
     # ------------------------------------------------------------------ node records
     def _fill_addresses(self, c: ClusterRow, prov: Provider, nodes: list[NodeRow]) -> None:

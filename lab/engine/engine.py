@@ -186,6 +186,7 @@ class Engine(Bookkeeping, Actions):
                          boot_slots=self.boot_slots.get(c.provider))
         self._ops[name] = [op for op in self.store.operations(name, "InProgress")] if c.status != "Deleting" else []
         self._statuses(c, groups, nodes, p)
+        self._disk_marks(name, nodes, seen, p)
         if p.boot_waiting:
             msg = f"waiting for a boot slot ({self.boot_slots.get(c.provider)} VMs boot at once on this host)"
             by_name = {n.name: n for n in nodes}

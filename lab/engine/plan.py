@@ -26,6 +26,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from lab.capacity import short_of
+from lab.providers.base import DISK_FULL
 from lab.store.db import ClusterRow, GroupRow, NodeRow
 
 PENDING = {"planned", "launching", "booted", "configuring", "configured", "joining", "rebooting"}
@@ -83,6 +84,7 @@ class Plan:
     # seconds until the join window lets the configured batch go (None: no batch held by the window)
     join_wait: float | None = None
     boot_waiting: list[str] = field(default_factory=list)  # nodes that may launch but wait for a boot slot
+    disk_full: list[str] = field(default_factory=list)  # nodes whose VM is paused on a full pool disk
 
 
 def is_continuous(cluster: ClusterRow) -> bool:
@@ -273,6 +275,9 @@ def plan(
             continue
         if n.pending == "reboot" or n.phase == "rebooting":
             p.actions.append(Action("reboot", node=n.name, group=n.grp, reason=state or "missing"))
+            continue
+        if state == DISK_FULL:  # paused until the pool's disk has room: the provider resumes it
+            p.disk_full.append(n.name)
             continue
         if n.phase in VM_UP_PHASES and state != "running":
             kind = "lost" if recovery == "Automatic" else "keep_lost"

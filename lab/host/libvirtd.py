@@ -10,6 +10,7 @@ libvirt-python in this process reaches the daemon without entering NS.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import time
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from lab.host import mode
 from lab.host.run import run
 
 URI = "qemu:///system"
-POOL = "slurmlab"
+POOL = os.environ.get("SLURMLAB_POOL", "slurmlab")  # its folder: paths.pool_dir()
 SOCKET = Path("/run/libvirt/libvirt-sock")
 PIDFILES = {"virtlogd": Path("/run/virtlogd.pid"), "libvirtd": Path("/run/libvirtd.pid")}
 QEMU_WRAPPER = "qemu-system-x86_64-tcg"
@@ -174,7 +175,7 @@ def ensure_pool() -> None:
     """A storage pool of the lab's own (box volumes and VM disks)."""
     import libvirt
 
-    pool_dir = paths.libvirt_dir() / "pool"
+    pool_dir = paths.pool_dir()
     pool_dir.mkdir(parents=True, exist_ok=True)
     conn = connect()
     try:
@@ -184,6 +185,10 @@ def ensure_pool() -> None:
             xml = f"<pool type='dir'><name>{POOL}</name><target><path>{pool_dir}</path></target></pool>"
             pool = conn.storagePoolDefineXML(xml, 0)
             pool.setAutostart(1)
+        defined = re.search(r"<path>([^<]*)</path>", pool.XMLDesc(0))
+        if defined and Path(defined.group(1)) != pool_dir:
+            raise HostError(f"libvirt's storage pool '{POOL}' lives in {defined.group(1)}, not in {pool_dir}",
+                            fix=f"set SLURMLAB_POOL to a new pool name for {pool_dir}, or unset SLURMLAB_POOL_DIR")
         if not pool.isActive():
             pool.create(0)
         pool.refresh(0)

@@ -43,12 +43,15 @@ class MachineSpec:
     node_type: str = ""  # Controller | Login | Compute ("" for a bare VM: no Slurm identity at boot)
 
 
+DISK_FULL = "disk-full"  # paused by its hypervisor for want of disk space: waits, never replaced (disk.py)
+
+
 @dataclass
 class Observed:
     """What the provider sees of one VM right now."""
 
     name: str
-    state: str  # running | shutoff | missing | other libvirt state names
+    state: str  # running | shutoff | missing | DISK_FULL | other libvirt state names
     address: str | None = None
     details: dict = field(default_factory=dict)
 

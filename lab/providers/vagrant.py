@@ -17,8 +17,8 @@ from pathlib import Path
 
 from lab import paths, secrets
 from lab.host import kvm, libvirtd, mode
-from lab.providers import network, priority
-from lab.providers.base import ClusterNet, LaunchError, MachineSpec, Observed, Provider, ProviderUnreachable, mac_for
+from lab.providers import disk, network, priority
+from lab.providers.base import DISK_FULL, ClusterNet, LaunchError, MachineSpec, Observed, Provider, ProviderUnreachable, mac_for
 from lab.providers.vagrantfile import render
 from lab.providers.watch import STATE_NAMES, end_group, stopped_while_booting, wait_or_ready
 from lab.osutil import atomic_write
@@ -220,6 +220,9 @@ class VagrantProvider(Provider):
                 raise LaunchError(f"InsufficientCapacity: the host has {free} MiB free; {machine.name} needs "
                                   f"{machine.memory_mib} MiB plus {self.HOST_RESERVE_MIB} MiB kept for the host",
                                   transient=True)  # memory frees up: retried like HyperPod's capacity shortages
+            short = disk.refusal(machine.name)
+            if short:
+                raise LaunchError(short, transient=True)
         network.add_host(cluster, machine.mac, machine.name, machine.address)
         if machine.node_type == "Controller":
             priority.favor_when_started(machine.name)  # it boots first when every VM boots at once
@@ -243,8 +246,9 @@ class VagrantProvider(Provider):
             found = {}
             for dom in conn.listAllDomains():
                 if _cluster_of(dom) == cluster:
-                    state = STATE_NAMES.get(dom.state()[0], "other")
-                    found[dom.name()] = Observed(dom.name(), state)
+                    state = disk.observe(dom) or STATE_NAMES.get(dom.state()[0], "other")
+                    found[dom.name()] = Observed(dom.name(), state,
+                                                 details={"message": disk.message()} if state == DISK_FULL else {})
             return found
         except libvirt.libvirtError as e:  # the connection dropped while listing (libvirtd stopped)
             raise ProviderUnreachable(f"libvirt stopped answering ({libvirtd.URI}): {e.get_error_message()}") from None

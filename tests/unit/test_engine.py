@@ -209,3 +209,22 @@ def test_released_capacity_wakes_waiting_nodes(env):
     # scale-in of another cluster's node of the type is simulated by deleting a running one here
     eng.capacity_released("ml.c5.large")
     assert next(n for n in st.nodes("demo") if n.name == waiting.name).retry_at == 0
+
+
+def test_a_vm_paused_on_a_full_disk_waits_and_is_never_replaced(env):
+    from lab.providers.base import DISK_FULL
+
+    st, prov, conf, clock, eng = env
+    _cluster(st, logins=0, computes=1)
+    run_steps(eng, 8)
+    prov.vms["demo"]["demo-compute-1"] = DISK_FULL
+    run_steps(eng, 5)
+    n = st.node("demo", "demo-compute-1")
+    assert (n.phase, prov.launched.count("demo-compute-1"), prov.removed) == ("running", 1, [])
+    assert n.message.startswith("paused (disk full):")
+    warned = [e for e in st.events("demo") if "paused (disk full)" in e.description]
+    assert len(warned) == 1 and warned[0].level == "Warning"  # once, not once per pass
+    prov.vms["demo"]["demo-compute-1"] = "running"  # the provider resumed it
+    run_steps(eng, 2)
+    assert st.node("demo", "demo-compute-1").message == ""
+    assert [e.level for e in st.events("demo") if "resumed: the storage pool" in e.description] == ["Info"]

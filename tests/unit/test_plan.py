@@ -12,6 +12,7 @@ import pytest
 
 from lab.engine import plan as planner
 from lab.engine.plan import JOIN_MAX_WAIT_S, JOIN_QUIET_S, NO_RETRY, VM_UP_PHASES, join_wait, plan
+from lab.providers.base import DISK_FULL
 from lab.store.db import ClusterRow, GroupRow, NodeRow
 
 NOW = 1000.0
@@ -314,6 +315,12 @@ CASES = [
     Case("a running node's VM stopped, NodeRecovery None -> kept as Failure",
          {**CTL_UP, "compute-1": "running", "compute-2": "running"}, {"keep_lost": ["compute-1"], "lost": []},
          observed={"compute-1": "shutoff"}, recovery="None"),
+    Case("a VM paused on a full pool disk -> kept, not lost (the provider resumes it); the others join",
+         {**CTL_UP, "compute-1": "running", "compute-2": "configured"},
+         {"lost": [], "keep_lost": [], "join": [(("compute-2",), "alone")]}, observed={"compute-1": DISK_FULL}),
+    Case("a configured node's VM paused on a full disk -> no join until it runs again",
+         {**CTL_UP, "compute-1": "running", "compute-2": "configured"}, {"join": [], "lost": []},
+         observed={"compute-2": DISK_FULL}, extra={"compute-2": configured(60)}),
     # ---- 10. deletion, rollback, statuses
     Case("DeleteCluster -> one delete_cluster, nothing else",
          {**CTL_UP, "compute-1": "running"}, {"delete_cluster": ["delete_cluster"], "launch": []},
@@ -443,3 +450,10 @@ def test_boot_slots_from_the_host(monkeypatch):
     monkeypatch.setattr(kvm, "detect", lambda: type("K", (), {"usable": False})())
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     assert daemon.boot_slots() == {"vagrant": 2}  # emulation: one per core
+
+
+def test_vms_paused_on_a_full_disk_are_named():
+    p = run_case(Case("", {**CTL_UP, "compute-1": "running", "compute-2": "running"}, {},
+                      observed={"controller-1": DISK_FULL, "compute-2": DISK_FULL}))
+    assert sorted(p.disk_full) == ["demo-compute-2", "demo-controller-1"]
+    assert not [a for a in p.actions if a.kind in ("lost", "keep_lost", "reboot", "replace")]
