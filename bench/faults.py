@@ -382,9 +382,22 @@ class LoopPool:
         self.name = self.root.name.replace("-pool-", "-")  # a pool of its own (a crashed run's stays apart)
         subprocess.run(["truncate", "-s", f"{mib}M", str(self.image)], check=True)
         subprocess.run(["mkfs.ext4", "-q", "-F", "-m", "0", str(self.image)], check=True)
-        subprocess.run(["mount", "-o", "loop", str(self.image), str(self.root)], check=True)
+        self.dev = subprocess.run(["losetup", "--find", "--show", str(self.image)], check=True, capture_output=True,
+                                  text=True).stdout.strip()
+        subprocess.run(["mount", self.dev, str(self.root)], check=True)
+        self._in_libvirtd("mount", self.dev, str(self.root))
         self.pool.mkdir()
         os.environ.update(SLURMLAB_POOL=self.name, SLURMLAB_POOL_DIR=str(self.pool))
+
+    @staticmethod
+    def _in_libvirtd(*command: str) -> None:
+        """The same in libvirtd's mount namespace (`ip netns exec` gave it one; a mount made here after
+        it started does not reach it). A libvirtd started later copies ours."""
+        from lab.host import libvirtd
+
+        pid = libvirtd.daemon_state("libvirtd").pid
+        if pid and os.readlink(f"/proc/{pid}/ns/mnt") != os.readlink("/proc/self/ns/mnt"):
+            subprocess.run(["nsenter", "-t", str(pid), "-m", *command], check=False)
 
     def free(self) -> int:
         from lab.providers import disk
@@ -430,7 +443,9 @@ class LoopPool:
                 pool.undefine()
             finally:
                 conn.close()
+        self._in_libvirtd("umount", str(self.root))
         subprocess.run(["umount", str(self.root)], check=False)
+        subprocess.run(["losetup", "-d", self.dev], check=False)
         self.image.unlink(missing_ok=True)
         with contextlib.suppress(OSError):
             self.root.rmdir()
@@ -551,7 +566,6 @@ def main() -> None:
     from lab.host import kvm
 
     say(f"state in {home}" + (f"; storage pool {pool.name} ({args.pool_mib} MiB) in {pool.root}" if pool else ""))
-    sl("host", "up", timeout=600)
     lab = Lab(home)
     lab.pool = pool
     rng = random.Random(args.seed)
@@ -559,6 +573,7 @@ def main() -> None:
     rows = []
     interrupted = None
     try:
+        sl("host", "up", timeout=600)
         for fn in SCENARIOS:
             if only and fn.__name__ not in only and fn not in (engine_sigkill_during_create, delete_interrupted):
                 continue

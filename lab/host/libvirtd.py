@@ -190,7 +190,13 @@ def ensure_pool() -> None:
             raise HostError(f"libvirt's storage pool '{POOL}' lives in {defined.group(1)}, not in {pool_dir}",
                             fix=f"set SLURMLAB_POOL to a new pool name for {pool_dir}, or unset SLURMLAB_POOL_DIR")
         if not pool.isActive():
-            pool.create(0)
+            try:
+                pool.create(0)
+            except libvirt.libvirtError as e:
+                raise HostError(f"libvirt cannot start its storage pool '{POOL}' in {pool_dir}: {e.get_error_message()}",
+                                fix="libvirtd must see that folder: a filesystem mounted there after `slurmlab host up` "
+                                    "started libvirtd is not in libvirtd's mount namespace; mount it first, "
+                                    "or stop libvirtd and run `slurmlab host up` again") from None
         pool.refresh(0)
     finally:
         conn.close()
