@@ -109,8 +109,6 @@ def engine_stop() -> None:
     out.print("engine stopped" if daemon.stop() else "engine was not running")
 
 
-
-
 def main() -> None:
     try:
         app()

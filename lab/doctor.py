@@ -139,7 +139,7 @@ def _memory() -> tuple[bool, str]:
 
 
 def _disk() -> tuple[bool, str]:
-    for p in (paths.cache(), paths.home(), paths.libvirt_dir()):
+    for p in (paths.cache(), paths.home(), paths.libvirt_dir(), paths.pool_dir()):
         q = p
         while not q.exists():
             q = q.parent
@@ -161,7 +161,8 @@ def probes() -> list[Probe]:
         Probe("libvirt", "libvirt reachable", _libvirt, "slurmlab host up"),
         Probe("box", "slurmlab box", _box, "slurmlab box build"),
         Probe("memory", "free memory", _memory, "stop other VMs or programs; use smaller instance types", WARNING),
-        Probe("disk", "free disk", _disk, "free space, or point SLURMLAB_CACHE / SLURMLAB_HOME elsewhere"),
+        Probe("disk", "free disk", _disk,
+              "free space, or point SLURMLAB_CACHE / SLURMLAB_HOME / SLURMLAB_POOL_DIR (with SLURMLAB_POOL) elsewhere"),
     ]
     return ps
 

@@ -135,7 +135,12 @@ def delete_cluster(
     st = store()
     clusters.delete(st, name)
     if wait:
-        clusters.wait(st, name, "Deleted", on_change=Watcher(output == Output.json), timeout=900)
+        try:
+            clusters.wait(st, name, "Deleted", on_change=Watcher(output == Output.json), timeout=900)
+        except KeyboardInterrupt:  # the delete is recorded: the engine finishes it without us
+            err.print(f"stopped waiting; the engine goes on deleting {name} "
+                      f"(`slurmlab delete-cluster {name}` waits again)", markup=False, highlight=False)
+            raise typer.Exit(exitcodes.INTERRUPTED) from None
     if output == Output.json:
         print_json({"ClusterName": name, "Deleted": wait})
     else:

@@ -21,7 +21,7 @@ from lab.providers.base import DISK_FULL
 
 log = logging.getLogger(__name__)
 
-VM_DISK_MIB = 1024  # what a new VM may write while it boots, configures and joins (its overlay grew ~150 MiB)
+VM_DISK_MIB = 1024  # room for a new VM: its overlay is ~20-30 MiB once joined; the rest is for logs and job files
 RESERVE_MIB = 512  # kept free for the VMs that run already
 
 

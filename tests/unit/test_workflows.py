@@ -138,3 +138,26 @@ def test_api_words_the_engine_checks_as_before(faked, monkeypatch):
         operations.call(lab, "CreateCluster", {**body, "ClusterName": "other"})
     assert e.value.code == "ResourceLimitExceeded"
     assert e.value.message == "ClusterName: the lab holds at most 249 clusters; delete one first"  # the real limit
+
+
+def test_ctrl_c_on_delete_cluster_says_the_engine_goes_on(lab_home, monkeypatch):
+    """Ctrl-C while delete-cluster waits: exit 130, the delete stays recorded for the engine to finish."""
+    from typer.testing import CliRunner
+
+    from lab.cli import app
+    from lab.engine import clusters, daemon
+    from lab.spec import loads_spec
+    from tests.simlab import spec_text
+
+    st = daemon.store()
+    clusters.create(st, loads_spec(spec_text()), provider="sim", start_engine=False)
+    monkeypatch.setattr(daemon, "ensure_running", lambda: None)
+
+    def interrupted(*a, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(clusters, "wait", interrupted)
+    r = CliRunner().invoke(app, ["delete-cluster", "demo"])
+    assert r.exit_code == 130
+    assert "stopped waiting; the engine goes on deleting demo (`slurmlab delete-cluster demo` waits again)" in r.output
+    assert st.cluster("demo").status == "Deleting"
