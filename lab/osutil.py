@@ -108,6 +108,12 @@ def iso(t: float | None) -> str | None:
     return dt.datetime.fromtimestamp(t, dt.timezone.utc).isoformat() if t else None
 
 
+def ms(t: float) -> int:
+    """Epoch seconds in whole milliseconds, as the API writes times: filters compare these, so a time a
+    client got and sends back (EventTimeAfter=an event's EventTime) is that item's time exactly."""
+    return round(t * 1000)
+
+
 def now_z() -> str:
     """Now, to the second, ISO 8601 with a `Z`."""
     return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")

@@ -21,6 +21,7 @@ from lab.api import model
 from lab.api.model import ApiError
 from lab.api.paging import between, paged
 from lab.engine import clusters
+from lab.engine.operations import describe_operation, list_operations
 from lab.errors import Conflict, LabError, NotFound, UsageError
 from lab.spec.problems import Problem, SpecInvalid
 from lab.store.db import Store
@@ -332,6 +333,23 @@ def describe_cluster_event(lab: Lab, body: dict) -> dict:
     return {"EventDetails": ev}
 
 
+# ------------------------------------------------------------------------------------ operations
+def list_cluster_operations(lab: Lab, body: dict) -> dict:
+    name = cluster_name(lab, body["ClusterName"])
+    times = {k: model.timestamp(body.get(k)) for k in ("CreationTimeAfter", "CreationTimeBefore")}
+    items = list_operations(lab.store, name, Status=body.get("Status"), Type=body.get("Type"),
+                            SortOrder=body.get("SortOrder", "Descending"), **times)  # the model's default order
+    return paged(items, body, "operations", "ClusterOperationSummaries")
+
+
+def describe_cluster_operation(lab: Lab, body: dict) -> dict:
+    name = cluster_name(lab, body["ClusterName"])
+    try:
+        return describe_operation(lab.store, name, body["OperationId"])
+    except NotFound as e:
+        raise ApiError("ResourceNotFound", f"OperationId: {e.message}" + (f" ({e.fix})" if e.fix else "")) from None
+
+
 HANDLERS: dict[str, Callable[[Lab, dict], dict]] = {
     "CreateCluster": create_cluster,
     "UpdateCluster": update_cluster,
@@ -346,6 +364,8 @@ HANDLERS: dict[str, Callable[[Lab, dict], dict]] = {
     "BatchReplaceClusterNodes": batch_replace_cluster_nodes,
     "ListClusterEvents": list_cluster_events,
     "DescribeClusterEvent": describe_cluster_event,
+    "ListClusterOperations": list_cluster_operations,
+    "DescribeClusterOperation": describe_cluster_operation,
 }
 assert set(HANDLERS) == set(model.OPERATIONS)
 

@@ -123,6 +123,41 @@ def list_cluster_events(
         out.print(f"{e['EventTime'][:19]}  {e['EventLevel']:<5}  {e['Description']}", markup=False, highlight=False)
 
 
+@app.command("list-cluster-operations")
+def list_cluster_operations(
+    name: str,
+    status: Optional[str] = typer.Option(None, "--status", help="InProgress, Superseded or Done"),
+    output: Output = OutputOpt,
+) -> None:
+    """The cluster's scaling operations (HyperPod's ListClusterOperations), newest first."""
+    from lab.engine.operations import list_operations
+
+    ops = list_operations(store(), name, Status=status)
+    if output == Output.json:
+        print_json({"ClusterOperationSummaries": ops})
+        return
+    for o in ops:
+        out.print(f"{o['CreationTime'][:19]}  {o['OperationId']}  {o['Type']:<8} {o['Status']}", markup=False,
+                  highlight=False)
+
+
+@app.command("describe-cluster-operation")
+def describe_cluster_operation(name: str, operation_id: str, output: Output = OutputOpt) -> None:
+    """One operation with its groups before and after (HyperPod's DescribeClusterOperation)."""
+    from lab.engine.operations import describe_operation
+
+    op = describe_operation(store(), name, operation_id)
+    if output == Output.json:
+        print_json(op)
+        return
+    out.print(f"{op['OperationId']}  {op['Type']}  {op['Status']}  created {op['CreationTime'][:19]}", markup=False,
+              highlight=False)
+    for d in op["ScalingDetails"]:
+        was, want = d.get("Original", {}), d.get("Desired", {})
+        out.print(f"  {d['InstanceGroupName']:<12} {was.get('CurrentCount', '?')} running, target "
+                  f"{was.get('TargetCount', '?')} -> {want.get('TargetCount', '?')}", markup=False, highlight=False)
+
+
 @app.command("delete-cluster")
 def delete_cluster(
     name: str,

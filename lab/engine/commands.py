@@ -15,11 +15,11 @@ from __future__ import annotations
 import copy
 import json
 import time
-import uuid
 from dataclasses import asdict
 
 from lab.engine import daemon
 from lab.engine.bookkeeping import id_prefix, instance_id
+from lab.engine.operations import new_op, scaling_of
 from lab.engine.plan import VM_UP_PHASES, leaving, node_status
 from lab.engine.views import arn, get, resolve
 from lab.errors import Conflict, UsageError
@@ -51,11 +51,6 @@ def _check_open(c: ClusterRow, op: str) -> None:
             fix = ("without NodeProvisioningMode Continuous (the legacy mode) one operation runs at a time: wait until "
                    "the cluster is InService, or UpdateCluster with NodeProvisioningMode: Continuous first")
         raise Conflict(f"{op}: cluster '{c.name}' is {c.status}", fix)
-
-
-def _new_op(cluster: str, kind: str, groups, nodes=(), undo: dict | None = None) -> OperationRow:
-    return OperationRow(id=str(uuid.uuid4()), cluster=cluster, kind=kind, groups=sorted(set(groups)),
-                        nodes=list(nodes), status="InProgress", created_at=time.time(), undo=undo)
 
 
 def _sync_counts(spec: dict, targets: dict[str, int]) -> dict:
@@ -90,10 +85,13 @@ def _group_rows(cluster: str, spec) -> tuple[dict, list[GroupRow]]:
 def _record_targets(st: Store, c: ClusterRow, kind: str, targets: dict[str, int], groups, nodes,
                     description: str) -> None:
     """A batch that moved group targets: the groups' and the spec's counts, its operation, its event."""
+    before = {g.name: g.target_count for g in st.groups(c.name)}
     for gname, t in targets.items():
         st.update_group(c.name, gname, target_count=t)
-    st.update_cluster(c.name, spec=_sync_counts(c.spec, targets))
-    op = _new_op(c.name, kind, groups, nodes)
+    spec = _sync_counts(c.spec, targets)
+    st.update_cluster(c.name, spec=spec)
+    op = new_op(c.name, kind, groups, nodes,
+                 scaling=scaling_of(st, c.name, {g: (before.get(g, 0), t) for g, t in targets.items()}, c.spec, spec))
     st.add_operation(op)
     st.add_event(c.name, "Cluster", "Info", description, operation_id=op.id)
 
@@ -130,7 +128,8 @@ def create(st: Store, spec, provider: str = "vagrant", start_engine: bool = True
             from lab import users as accounts
 
             accounts.create(spec.name, spec.users)
-        op = _new_op(spec.name, "CreateCluster", [g.name for g in groups])
+        op = new_op(spec.name, "CreateCluster", [g.name for g in groups],
+                     scaling=scaling_of(st, spec.name, {g.name: (0, g.target_count) for g in groups}, None, stored))
         st.add_operation(op)
         st.add_event(spec.name, "Cluster", "Info", f"cluster {spec.name} requested"
                      + (" (simulated: provider sim)" if provider == "sim" else "") + ": "
@@ -198,8 +197,11 @@ def update(st: Store, name: str, request: dict, *, base_dir=None, check_files: b
             if c.status != "Creating":
                 vals["status"] = "Updating"
             vals["failure_message"] = None
-            op = _new_op(name, "UpdateCluster", touched,
-                         undo={"spec": c.spec, "groups": [asdict(g) for g in old.values()]})
+            new_targets = {r.name: r.target_count for r in new_rows}
+            now = {g: (old[g].target_count if g in old else 0, 0 if g in deletes else new_targets[g]) for g in touched}
+            op = new_op(name, "UpdateCluster", touched,
+                         undo={"spec": c.spec, "groups": [asdict(g) for g in old.values()]},
+                         scaling=scaling_of(st, name, now, c.spec, stored))
             st.add_operation(op)
         st.update_cluster(name, **vals)
         for k in ("NodeRecovery", "NodeProvisioningMode"):
@@ -371,7 +373,7 @@ def _reboot_or_replace(st: Store, name: str, node_ids: list[str], kind: str, sta
                 chosen.append(n)
                 b.ok(ref, logical)
         if chosen:
-            op = _new_op(name, op_name, {n.grp for n in chosen}, [n.name for n in chosen])
+            op = new_op(name, op_name, {n.grp for n in chosen}, [n.name for n in chosen])
             st.add_operation(op)
             st.add_event(name, "Cluster", "Info", f"{op_name}: {', '.join(n.name for n in chosen)}", operation_id=op.id)
     if start_engine:

@@ -11,7 +11,7 @@ from lab.engine.events import event_id, event_number
 from lab.engine.plan import group_settled, node_status
 from lab.engine.sight import stale_note
 from lab.errors import NotFound, UsageError
-from lab.osutil import epoch, iso
+from lab.osutil import epoch, iso, ms
 from lab.store.db import ClusterRow, EventRow, NodeRow, Store
 
 REGION = "us-east-1"
@@ -218,7 +218,7 @@ def list_events(st: Store, name: str, **filters) -> list[dict]:
                 continue
             if "OperationId" in f and e.operation_id != f["OperationId"]:
                 continue
-            if (lo is not None and e.time <= lo) or (hi is not None and e.time >= hi):
+            if (lo is not None and ms(e.time) <= ms(lo)) or (hi is not None and ms(e.time) >= ms(hi)):
                 continue
             out.append(_event(c, e))
         if len(rows) < 1000:

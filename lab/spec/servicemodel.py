@@ -26,6 +26,8 @@ OPERATIONS: tuple[str, ...] = (
     "BatchReplaceClusterNodes",
     "ListClusterEvents",
     "DescribeClusterEvent",
+    "ListClusterOperations",
+    "DescribeClusterOperation",
 )
 
 

@@ -197,7 +197,7 @@ class Store:
     def add_operation(self, op: OperationRow) -> None:
         with self.tx() as db:
             d = asdict(op)
-            for k in ("groups", "nodes", "undo"):
+            for k in ("groups", "nodes", "undo", "scaling"):
                 d[k] = json.dumps(d[k]) if d[k] is not None else None
             _insert(db, "operations", d)
 

@@ -82,14 +82,16 @@ class OperationRow:
     kind: str
     groups: list[str]
     nodes: list[str]
-    status: str  # InProgress | Completed | Failed
+    status: str  # InProgress | Completed | Failed | Superseded
     created_at: float
     finished_at: float | None = None
     message: str = ""
     undo: dict | None = field(default=None)
+    # group -> {"Original": {CurrentCount, TargetCount, MinCount?}, "Desired": {TargetCount, MinCount?}}
+    scaling: dict | None = field(default=None)
 
 
-JSON_COLUMNS = {"spec", "partitions", "groups", "nodes", "undo"}
+JSON_COLUMNS = {"spec", "partitions", "groups", "nodes", "undo", "scaling"}
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -60,6 +60,8 @@ ADDED_COLUMNS = [
     # schema 4: the engine could not observe the cluster's VMs since then, and why (NULL: it can)
     ("clusters", "unobserved_since", "REAL"),
     ("clusters", "unobserved_reason", "TEXT"),
+    # schema 5: a scaling operation's groups before and after (DescribeClusterOperation's ScalingDetails)
+    ("operations", "scaling", "TEXT"),
 ]
 
 

@@ -118,10 +118,14 @@ def test_events(api):
     assert inst and all(e["ResourceType"] == "Instance" for e in inst)
     grp = c.list_cluster_events(ClusterName="demo", InstanceGroupName="controller")["Events"]
     assert grp and all(e.get("InstanceGroupName") == "controller" for e in grp)
+    time.sleep(0.01)
+    api.store.add_event("demo", "Cluster", "Info", "later")
+    after = c.list_cluster_events(ClusterName="demo", EventTimeAfter=events[0]["EventTime"])["Events"]
+    assert [e["Description"] for e in after] == ["later"]  # a time given back excludes its own event
     page = c.list_cluster_events(ClusterName="demo", MaxResults=2)
     assert len(page["Events"]) == 2 and page["NextToken"]
     rest = c.list_cluster_events(ClusterName="demo", MaxResults=100, NextToken=page["NextToken"])["Events"]
-    assert [e["EventId"] for e in page["Events"] + rest] == [e["EventId"] for e in events]
+    assert [e["EventId"] for e in page["Events"] + rest] == [after[0]["EventId"]] + [e["EventId"] for e in events]
     one = c.describe_cluster_event(ClusterName="demo", EventId=events[-1]["EventId"])["EventDetails"]
     assert one["Description"] == events[-1]["Description"] and one["ClusterName"] == "demo"
     with pytest.raises(ClientError) as e:

@@ -176,7 +176,7 @@ def test_a_schema_1_state_file_is_upgraded_in_place(tmp_path):
     assert c.status == "InService" and c.unobserved_since is None and c.unobserved_reason is None
     st.update_cluster("c", unobserved_since=5.0, unobserved_reason="gone")
     assert st.cluster("c").unobserved_since == 5.0
-    assert st.meta("schema_version") == SCHEMA_VERSION == 4
+    assert st.meta("schema_version") == SCHEMA_VERSION == 5
 
 
 def test_a_schema_2_state_file_gets_configured_at(tmp_path):
@@ -199,7 +199,7 @@ def test_a_schema_2_state_file_gets_configured_at(tmp_path):
     db.commit()
     db.close()
     st = Store(tmp_path / "state.db")
-    assert st.meta("schema_version") == SCHEMA_VERSION == 4
+    assert st.meta("schema_version") == SCHEMA_VERSION == 5
     n = st.node("c", "c-compute-1")
     assert (n.phase, n.generation, n.configured_at) == ("configured", 2, None)
     st.update_node("c", "c-compute-1", configured_at=123.5)
