@@ -8,6 +8,7 @@ See docs/api.md.
 from __future__ import annotations
 
 import logging
+import re
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -24,8 +25,10 @@ DEFAULT_PORT = 8008
 
 
 def run(host: str = "127.0.0.1", port: int = DEFAULT_PORT, provider: str = "vagrant", capacity_file: str | None = None,
-        before_create: Callable[[Any], None] | None = None, on_ready: Callable[[ApiServer], None] | None = None) -> None:
-    """Serve until Ctrl-C or SIGTERM. The state directory is $SLURMLAB_HOME (lab.paths.home())."""
+        before_create: Callable[[Any], None] | None = None, on_ready: Callable[[ApiServer], None] | None = None,
+        region: str | None = None, account: str | None = None) -> None:
+    """Serve until Ctrl-C or SIGTERM. The state directory is $SLURMLAB_HOME (lab.paths.home()). `region`
+    and `account` make the ARNs of clusters created by requests that name no region (unsigned ones)."""
     from lab import capacity, paths
     from lab.api.labctl import apply_capacity
     from lab.engine import daemon
@@ -33,6 +36,14 @@ def run(host: str = "127.0.0.1", port: int = DEFAULT_PORT, provider: str = "vagr
 
     if provider not in PROVIDERS:
         raise UsageError(f"--provider {provider}: unknown", f"use one of: {', '.join(PROVIDERS)}")
+    from lab.engine import views
+
+    region, account = region or views.default_region(), account or views.default_account()
+    if not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d{1,2}", region):
+        raise UsageError(f"--region (or $SLURMLAB_REGION) {region!r}: not an AWS region name", "e.g. us-east-1 or eu-west-2")
+    if not re.fullmatch(r"\d{12}", account):
+        raise UsageError(f"--account-id (or $SLURMLAB_ACCOUNT_ID) {account!r}: not 12 digits",
+                         "e.g. 123456789012 (the default is 000000000000)")
     cap = capacity.load(capacity_file) if capacity_file else None  # a bad file: nothing changes
     lock = ServeLock(paths.home())
     lock.acquire()
@@ -44,7 +55,7 @@ def run(host: str = "127.0.0.1", port: int = DEFAULT_PORT, provider: str = "vagr
         if cap is not None:
             apply_capacity(st, cap)
         lab = Lab(store=st, provider=provider, base_dir=Path.cwd(), before_create=before_create,
-                  ensure_engine=daemon.ensure_running)
+                  ensure_engine=daemon.ensure_running, region=region, account=account)
         try:
             server = make_server(lab, host, port)
         except OSError as e:

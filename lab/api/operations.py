@@ -13,6 +13,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 from lab.api import model
 from lab.api.model import ApiError
 from lab.api.paging import between, paged
-from lab.engine import clusters
+from lab.engine import clusters, views
 from lab.engine.operations import describe_operation, list_operations
 from lab.errors import Conflict, LabError, NotFound, UsageError
 from lab.spec.problems import Problem, SpecInvalid
@@ -39,6 +40,8 @@ class Lab:
     base_dir: Path | None = None  # relative LifeCycleConfig.SourceS3Uri resolve against it
     before_create: Callable[[Any], None] | None = None  # e.g. the vagrant provider's host set-up
     ensure_engine: Callable[[], Any] | None = None
+    region: str = field(default_factory=views.default_region)  # ARNs of requests that name no region
+    account: str = field(default_factory=views.default_account)
     create_lock: threading.Lock = field(default_factory=threading.Lock)
     tokens: dict[str, tuple[float, str, dict]] = field(default_factory=dict)
     tokens_lock: threading.Lock = field(default_factory=threading.Lock)
@@ -48,14 +51,10 @@ class Lab:
             self.ensure_engine()
 
 
+REGION: ContextVar[str | None] = ContextVar("region", default=None)  # the request's, set by call()
+
+
 # ------------------------------------------------------------------------------------ helpers
-def _need(fn_name: str, op: str):
-    fn = getattr(clusters, fn_name, None)
-    if fn is None:
-        raise ApiError("NotImplemented", f"{op} needs lab.engine.clusters.{fn_name}, which this build of slurmlab lacks", 501)
-    return fn
-
-
 def cluster_name(lab: Lab, ref: str, field_name: str = "ClusterName") -> str:
     """A ClusterName or ClusterArn -> the name of an existing cluster (else ResourceNotFound)."""
     if ref.startswith("arn:"):
@@ -114,7 +113,8 @@ def create_cluster(lab: Lab, body: dict) -> dict:
         if lab.before_create:
             lab.before_create(spec)
         try:
-            row = clusters.create(lab.store, spec, provider=lab.provider, start_engine=False)
+            row = clusters.create(lab.store, spec, provider=lab.provider, start_engine=False,
+                                  cluster_arn=clusters.arn(spec.name, REGION.get() or lab.region, lab.account))
         except (sqlite3.IntegrityError, clusters.NameTaken):
             raise ApiError("ResourceInUse", f"ClusterName: a cluster named '{spec.name}' already exists") from None
     lab.engine()
@@ -171,7 +171,7 @@ def delete_cluster(lab: Lab, body: dict) -> dict:
     except NotFound:  # the engine finished deleting it between our look-up and now
         pass
     lab.engine()
-    return {"ClusterArn": c.arn if c else clusters.arn(name)}
+    return {"ClusterArn": c.arn if c else clusters.arn(name, REGION.get() or lab.region, lab.account)}
 
 
 def update_cluster(lab: Lab, body: dict) -> dict:
@@ -189,8 +189,7 @@ def update_cluster(lab: Lab, body: dict) -> dict:
             raise model.validation_error(problems) from None
         raise
     req = {**body, "ClusterName": name}
-    update = _need("update", "UpdateCluster")
-    update(lab.store, name, req, base_dir=lab.base_dir)  # one store transaction: safe against any other writer
+    clusters.update(lab.store, name, req, base_dir=lab.base_dir)  # one store transaction: safe against any other writer
     lab.engine()
     return {"ClusterArn": lab.store.cluster(name).arn}
 
@@ -232,7 +231,7 @@ def describe_cluster_node(lab: Lab, body: dict) -> dict:
     if bool(node_id) == bool(logical):
         raise ApiError("ValidationException", "NodeId, NodeLogicalId: give exactly one of them")
     try:
-        details = _need("describe_node", "DescribeClusterNode")(lab.store, name, node_id or logical)
+        details = clusters.describe_node(lab.store, name, node_id or logical)
     except NotFound as e:
         raise ApiError("ResourceNotFound", f"{'NodeId' if node_id else 'NodeLogicalId'}: {e.message}"
                        + (f" ({e.fix})" if e.fix else "")) from None
@@ -268,8 +267,7 @@ def batch_add_cluster_nodes(lab: Lab, body: dict) -> dict:
             raise ApiError("ValidationException", f"NodesToAdd[{i}].InstanceGroupName: '{g}' is named twice; "
                            "give each group once with the whole increment")
         seen_names.add(g)
-    add_nodes = _need("add_nodes", "BatchAddClusterNodes")
-    result = add_nodes(lab.store, name, body["NodesToAdd"])
+    result = clusters.add_nodes(lab.store, name, body["NodesToAdd"])
     lab.engine()
     result = {"Successful": list(result.get("Successful", [])), "Failed": list(result.get("Failed", []))}
     if token:
@@ -285,27 +283,26 @@ def _refresh_added(lab: Lab, name: str, result: dict) -> dict:
     return {"Successful": ok, "Failed": result["Failed"]}
 
 
-def _batch(lab: Lab, body: dict, op: str, fn_name: str) -> dict:
+def _batch(lab: Lab, body: dict, fn: Callable[..., dict]) -> dict:
     """Delete / reboot / replace: the engine answers per node, in the lists of the model's response
     (Successful / Failed by instance id, SuccessfulNodeLogicalIds / FailedNodeLogicalIds by logical id)."""
     name = cluster_name(lab, body["ClusterName"])
     ids, logical = _id_lists(body)
-    fn = _need(fn_name, op)
     result = fn(lab.store, name, ids + logical) or {}
     lab.engine()
     return result
 
 
 def batch_delete_cluster_nodes(lab: Lab, body: dict) -> dict:
-    return _batch(lab, body, "BatchDeleteClusterNodes", "delete_nodes")
+    return _batch(lab, body, clusters.delete_nodes)
 
 
 def batch_reboot_cluster_nodes(lab: Lab, body: dict) -> dict:
-    return _batch(lab, body, "BatchRebootClusterNodes", "reboot_nodes")
+    return _batch(lab, body, clusters.reboot_nodes)
 
 
 def batch_replace_cluster_nodes(lab: Lab, body: dict) -> dict:
-    return _batch(lab, body, "BatchReplaceClusterNodes", "replace_nodes")
+    return _batch(lab, body, clusters.replace_nodes)
 
 
 # ------------------------------------------------------------------------------------ events
@@ -314,7 +311,7 @@ EVENT_FILTERS = ("InstanceGroupName", "NodeId", "ResourceType", "OperationId", "
 
 def events_of(lab: Lab, name: str, **filters) -> list[dict]:
     """The cluster's events (ClusterEventSummary), oldest first."""
-    return _need("list_events", "ListClusterEvents")(lab.store, name, **filters)
+    return clusters.list_events(lab.store, name, **filters)
 
 
 def list_cluster_events(lab: Lab, body: dict) -> dict:
@@ -327,7 +324,7 @@ def list_cluster_events(lab: Lab, body: dict) -> dict:
 def describe_cluster_event(lab: Lab, body: dict) -> dict:
     name = cluster_name(lab, body["ClusterName"])
     try:
-        ev = _need("describe_event", "DescribeClusterEvent")(lab.store, name, body["EventId"])
+        ev = clusters.describe_event(lab.store, name, body["EventId"])
     except NotFound as e:
         raise ApiError("ResourceNotFound", f"EventId: {e.message}" + (f" ({e.fix})" if e.fix else "")) from None
     return {"EventDetails": ev}
@@ -370,8 +367,10 @@ HANDLERS: dict[str, Callable[[Lab, dict], dict]] = {
 assert set(HANDLERS) == set(model.OPERATIONS)
 
 
-def call(lab: Lab, op: str, body: Any) -> dict:
-    """Check `body` against the model, run the operation, shape the answer. Raises ApiError."""
+def call(lab: Lab, op: str, body: Any, region: str | None = None) -> dict:
+    """Check `body` against the model, run the operation, shape the answer. Raises ApiError.
+    `region`: the one the client signed for (SigV4's credential scope); a new cluster's ARN names it."""
+    REGION.set(region)
     if op not in ("CreateCluster", "UpdateCluster"):  # these two: lab.spec checks them (with the lab's rules)
         problems = model.check_input(op, body)
         if problems:

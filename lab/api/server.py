@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import threading
 import time
 import uuid
@@ -30,6 +31,15 @@ log = logging.getLogger("lab.api")
 MAX_BODY = 1 << 20  # 1 MiB: a CreateCluster with 100 groups is a few dozen KiB
 DRAIN_MAX = 64 << 20  # a larger body is read and dropped (up to this), then refused; beyond it the connection just closes
 JSON_TYPES = ("application/x-amz-json-1.1", "application/x-amz-json-1.0", "application/json")
+# SigV4: "AWS4-HMAC-SHA256 Credential=AKID/20261202/eu-west-1/sagemaker/aws4_request, SignedHeaders=..."
+SIGNED_SCOPE = re.compile(r"Credential=[^/,\s]+/\d{8}/([a-z0-9-]{1,40})/sagemaker/aws4_request")
+
+
+def signed_region(authorization: str | None) -> str | None:
+    """The region a SigV4-signed request is for (the client's region_name / --region); None when unsigned.
+    The lab does not check signatures: any key works."""
+    m = SIGNED_SCOPE.search(authorization or "")
+    return m.group(1) if m else None
 
 
 def _reject_constant(name: str):
@@ -134,7 +144,7 @@ class Handler(BaseHTTPRequestHandler):
                 raise ApiError("UnknownOperationException", f"path {path[:100]!r}: SageMaker's API is served at POST /", 404)
             op = self._operation()
             request = self._json(body)
-            result = operations.call(self.server.lab, op, request)
+            result = operations.call(self.server.lab, op, request, region=signed_region(self.headers.get("Authorization")))
             self._reply(200, result, request_id=rid)
         except ApiError as e:
             status = e.status

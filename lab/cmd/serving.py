@@ -57,6 +57,10 @@ def serve(
     capacity_file: Optional[str] = typer.Option(None, "--capacity", help="capacity file (YAML) to apply at start"),
     state_dir: Optional[str] = typer.Option(None, "--state-dir", help="state directory (default $SLURMLAB_HOME)"),
     log_requests: bool = typer.Option(True, "--log-requests/--no-log-requests", help="one line per request on stderr"),
+    region: Optional[str] = typer.Option(None, help="the region in the ARNs of clusters created by unsigned requests "
+                                         "(a signed request's own region wins; default $SLURMLAB_REGION or us-east-1)"),
+    account_id: Optional[str] = typer.Option(None, "--account-id", help="the account in the ARNs (12 digits; default "
+                                             "$SLURMLAB_ACCOUNT_ID or 000000000000)"),
 ) -> None:
     """Serve HyperPod's cluster API (AWS JSON 1.1) for boto3 and the AWS CLI, and the web console at /."""
     from pathlib import Path
@@ -87,5 +91,5 @@ def serve(
         err.print("  Ctrl-C stops the server (the engine keeps building; it stops by itself when idle)", markup=False, highlight=False)
 
     api.run(host=host, port=port, provider=provider, capacity_file=capacity_file, before_create=before_create,
-            on_ready=ready)
+            on_ready=ready, region=region, account=account_id)
     err.print("slurmlab serve: stopped", markup=False, highlight=False)

@@ -15,7 +15,6 @@ from lab.store.db import ClusterRow, GroupRow, NodeRow
 BACKOFF_BASE = 10.0
 BACKOFF_MAX = 300.0
 SCALING = {"CreateCluster", "UpdateCluster", "BatchAddClusterNodes", "BatchDeleteClusterNodes"}
-ID_PREFIXES = {"sim": "i-sim-"}
 DISK_PAUSED = "paused (disk full):"
 PERMANENT_HINT = "not retried: BatchReplaceClusterNodes replaces it, BatchDeleteClusterNodes removes it"
 
@@ -33,8 +32,9 @@ def instance_id(cluster: str, node: str, prefix: str = "i-", generation: int = 0
 
 
 def id_prefix(provider_name: str) -> str:
-    """The instance id prefix of a provider by name (where no provider object is at hand)."""
-    return ID_PREFIXES.get(provider_name, "i-")
+    """The instance id prefix of a provider by name (where no provider object is at hand): "i-" for
+    every provider, so that ids match the model's ClusterNodeId pattern (i- and 17 hex digits)."""
+    return "i-"
 
 
 class Bookkeeping:

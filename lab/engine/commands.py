@@ -5,8 +5,8 @@ Each writes desired state into the store in one transaction, recorded as an oper
 DescribeCluster's ActiveOperations shows until the engine sees it done, and, when asked, makes sure
 the engine process runs; the engine does the work.
 
-Node references (`node_ids`) may be instance ids (`InstanceId` of list_nodes: `i-...`, `i-sim-...`
-for simulated nodes) or logical ids (`NodeLogicalId`, the node's name); a batch answers each in the
+Node references (`node_ids`) may be instance ids (`InstanceId` of list_nodes: `i-...`)
+or logical ids (`NodeLogicalId`, the node's name); a batch answers each in the
 list its kind belongs to (Successful / SuccessfulNodeLogicalIds, Failed / FailedNodeLogicalIds).
 """
 
@@ -106,7 +106,7 @@ def check_new(st: Store, name: str) -> None:
         raise ClusterLimit(f"the lab holds at most {MAX_CLUSTERS} clusters", "delete one first")
 
 
-def create(st: Store, spec, provider: str = "vagrant", start_engine: bool = True) -> ClusterRow:
+def create(st: Store, spec, provider: str = "vagrant", start_engine: bool = True, cluster_arn: str | None = None) -> ClusterRow:
     """Record a new cluster (status Creating) from a validated ClusterSpec; the engine builds it with
     `provider` ("vagrant": real VMs; "sim": simulated ones). Raises UsageError (provider),
     NameTaken or ClusterLimit."""
@@ -121,7 +121,7 @@ def create(st: Store, spec, provider: str = "vagrant", start_engine: bool = True
         check_new(st, spec.name)  # again inside the transaction: another process may have won the race
         used = {c.net_index for c in st.clusters()}
         net_index = next(i for i in range(1, MAX_CLUSTERS + 1) if i not in used)
-        row = ClusterRow(name=spec.name, arn=arn(spec.name), status="Creating", failure_message=None, spec=stored,
+        row = ClusterRow(name=spec.name, arn=cluster_arn or arn(spec.name), status="Creating", failure_message=None, spec=stored,
                          provider=provider, net_index=net_index, created_at=time.time())
         st.add_cluster(row, groups)
         if spec.users:  # in the transaction: written only for a cluster that is recorded, before the engine sees it

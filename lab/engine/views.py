@@ -5,6 +5,7 @@ the lab-only GPU counts. Read-only: nothing here writes the store."""
 from __future__ import annotations
 
 import hashlib
+import os
 
 from lab.engine.bookkeeping import SCALING
 from lab.engine.events import event_id, event_number
@@ -14,15 +15,25 @@ from lab.errors import NotFound, UsageError
 from lab.osutil import epoch, iso, ms
 from lab.store.db import ClusterRow, EventRow, NodeRow, Store
 
-REGION = "us-east-1"
+REGION = "us-east-1"  # defaults: $SLURMLAB_REGION and $SLURMLAB_ACCOUNT_ID (or `serve --region/--account-id`)
 ACCOUNT = "000000000000"
 LEVELS = {"Info": "Info", "Warning": "Warn", "Warn": "Warn", "Error": "Error"}
 SIM_LABEL = "simulated instance (provider sim: no VM, no Slurm inside)"
 
 
-def arn(name: str) -> str:
-    """cluster/<12 hex> as the model's ClusterArn pattern wants (cluster/[a-z0-9]{12})."""
-    return f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:cluster/{hashlib.sha256(name.encode()).hexdigest()[:12]}"
+def default_region() -> str:
+    return os.environ.get("SLURMLAB_REGION") or REGION
+
+
+def default_account() -> str:
+    return os.environ.get("SLURMLAB_ACCOUNT_ID") or ACCOUNT
+
+
+def arn(name: str, region: str | None = None, account: str | None = None) -> str:
+    """cluster/<12 hex> as the model's ClusterArn pattern wants (cluster/[a-z0-9]{12}), in `region` (the
+    one the client signed its request for) and `account`, else the lab's defaults."""
+    return (f"arn:aws:sagemaker:{region or default_region()}:{account or default_account()}:cluster/"
+            f"{hashlib.sha256(name.encode()).hexdigest()[:12]}")
 
 
 def get(st: Store, name: str) -> ClusterRow:

@@ -2,8 +2,9 @@
 
 For API practice in workshops and for fast tests. A simulated VM "boots" in `boot_time` seconds
 (default 1 s), shows as `running` in observe() from the moment it is defined (as a libvirt domain
-does while it boots), and is labelled simulated wherever it shows: instance ids start `i-sim-`,
-`Observed.details["simulated"]` is true, describe output says provider sim.
+does while it boots), and is labelled simulated wherever it shows: each node's status message says "simulated instance",
+`Observed.details["simulated"]` is true, describe output says provider sim (`Lab.Simulated`). Its
+instance ids look like HyperPod's (`i-` and 17 hex digits: the model's pattern).
 
 The VMs outlive the engine when a `path` is given (an SQLite file next to the state): a killed
 engine finds them again on restart, as it finds libvirt domains. Without a path they live in the
@@ -33,7 +34,7 @@ from lab.configure.base import Configurer
 from lab.providers.base import LaunchError, MachineSpec, Observed, Provider, mac_for
 from lab.workspace import ClusterDir
 
-ID_PREFIX = "i-sim-"
+ID_PREFIX = "i-"  # as HyperPod's: a strict client checks ids against the model's pattern
 
 
 class VirtualClock:

@@ -47,9 +47,9 @@ class Api:
     store: Store
     lab: Lab
 
-    def client(self, **kw):
+    def client(self, region: str = "us-east-1", **kw):
         cfg = botocore.config.Config(retries={"max_attempts": 1, "mode": "standard"}, connect_timeout=5, read_timeout=30)
-        c = boto3.client("sagemaker", endpoint_url=self.url, region_name="us-east-1", aws_access_key_id="x",
+        c = boto3.client("sagemaker", endpoint_url=self.url, region_name=region, aws_access_key_id="x",
                          aws_secret_access_key="x", config=cfg, **kw)
         botocheck.attach(c)  # every response is also checked against the output shape
         return c

@@ -5,6 +5,7 @@ provider."""
 from __future__ import annotations
 
 import asyncio
+import re
 
 import pytest
 
@@ -188,7 +189,7 @@ def test_reboot_keeps_the_instance_replace_gives_a_new_one(tmp_path):
         assert lab.node("demo-compute-1").instance_id == old["demo-compute-1"]
         assert lab.prov.vms["demo"]["demo-compute-1"].boots == 2
         new = lab.node("demo-compute-2").instance_id
-        assert new != old["demo-compute-2"] and new.startswith("i-sim-")
+        assert new != old["demo-compute-2"] and re.fullmatch(r"i-[0-9a-f]{17}", new)
         assert lab.prov.launched.count("demo-compute-2") == 2
         assert {o.kind: o.status for o in lab.st.operations("demo")} == {
             "CreateCluster": "Completed", "BatchRebootClusterNodes": "Completed", "BatchReplaceClusterNodes": "Completed"}
@@ -247,7 +248,7 @@ def test_describe_node_and_events_shapes(tmp_path):
         n = clusters.describe_node(lab.st, "demo", lab.node("demo-compute-1").instance_id)
         assert n["NodeLogicalId"] == "demo-compute-1" and n["InstanceType"] == "ml.c5.large"
         assert n["InstanceStatus"]["Status"] == "Running" and "simulated" in n["InstanceStatus"]["Message"]
-        assert n["Lab"]["Simulated"] is True and n["InstanceId"].startswith("i-sim-")
+        assert n["Lab"]["Simulated"] is True and re.fullmatch(r"i-[0-9a-f]{17}", n["InstanceId"])
         assert clusters.describe_node(lab.st, "demo", "demo-compute-1")["InstanceId"] == n["InstanceId"]
         with pytest.raises(NotFound):
             clusters.describe_node(lab.st, "demo", "i-deadbeef")
