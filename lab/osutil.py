@@ -108,6 +108,11 @@ def iso(t: float | None) -> str | None:
     return dt.datetime.fromtimestamp(t, dt.timezone.utc).isoformat() if t else None
 
 
+def iso_seconds(t: float | None) -> str | None:
+    """As iso(), to the second: for times in sentences a person reads."""
+    return iso(int(t)) if t else None
+
+
 def ms(t: float) -> int:
     """Epoch seconds in whole milliseconds, as the API writes times: filters compare these, so a time a
     client got and sends back (EventTimeAfter=an event's EventTime) is that item's time exactly."""

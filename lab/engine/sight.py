@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from lab.osutil import iso
+from lab.osutil import iso_seconds
 from lab.providers.base import ProviderUnreachable
 from lab.store.db import ClusterRow, Store
 
@@ -37,7 +37,7 @@ def stale_note(c: ClusterRow) -> str | None:
     """What DescribeCluster says of a cluster whose VMs the lab cannot see (None: it can)."""
     if c.unobserved_since is None:
         return None
-    return (f"stale: the lab cannot observe this cluster's VMs since {iso(c.unobserved_since)} "
+    return (f"stale: the lab cannot observe this cluster's VMs since {iso_seconds(c.unobserved_since)} "
             f"({c.unobserved_reason}); the statuses shown are from then. Fix: slurmlab host up, then slurmlab doctor")
 
 
@@ -64,7 +64,7 @@ class Sight:
                 self.store.update_cluster(c.name, unobserved_since=b.since, unobserved_reason=reason)
                 self.store.add_event(c.name, "Cluster", "Error",
                                      f"{reason}: the lab cannot observe the VMs of cluster {c.name}; it shows their "
-                                     f"state as of {iso(b.since)} (stale) and changes nothing until it can. Fix: {fix}")
+                                     f"state as of {iso_seconds(b.since)} (stale) and changes nothing until it can. Fix: {fix}")
             log.warning("cluster %s: cannot observe its VMs: %s (asking again with backoff; fix: %s)", c.name, reason, fix)
         elif reason != b.reason:
             b.reason = reason

@@ -12,7 +12,7 @@ from lab.engine.events import event_id, event_number
 from lab.engine.plan import group_settled, node_status
 from lab.engine.sight import stale_note
 from lab.errors import NotFound, UsageError
-from lab.osutil import epoch, iso, ms
+from lab.osutil import epoch, iso, iso_seconds, ms
 from lab.store.db import ClusterRow, EventRow, NodeRow, Store
 
 REGION = "us-east-1"  # defaults: $SLURMLAB_REGION and $SLURMLAB_ACCOUNT_ID (or `serve --region/--account-id`)
@@ -102,7 +102,7 @@ def _status(c: ClusterRow, n: NodeRow) -> dict:
     elif c.provider == "sim":
         status["Message"] = SIM_LABEL
     if c.unobserved_since is not None:  # never a Running from old data without saying so
-        note = f"stale: not observed since {iso(c.unobserved_since)} ({c.unobserved_reason}); last seen {status['Status']}"
+        note = f"stale: not observed since {iso_seconds(c.unobserved_since)} ({c.unobserved_reason}); last seen {status['Status']}"
         status["Message"] = f"{note}; {status['Message']}" if "Message" in status else note
     return status
 
