@@ -264,6 +264,9 @@ def plan(
             continue
         if g.node_type == "Compute" and n.phase in JOIN_COMING_PHASES:
             others_coming = True
+        if observed.get(n.name) == DISK_FULL:  # paused until the pool has room (busy or not): the provider resumes it
+            p.disk_full.append(n.name)
+            continue
         if n.name in busy:
             continue
         is_ctl = g.node_type == "Controller"
@@ -275,9 +278,6 @@ def plan(
             continue
         if n.pending == "reboot" or n.phase == "rebooting":
             p.actions.append(Action("reboot", node=n.name, group=n.grp, reason=state or "missing"))
-            continue
-        if state == DISK_FULL:  # paused until the pool's disk has room: the provider resumes it
-            p.disk_full.append(n.name)
             continue
         if n.phase in VM_UP_PHASES and state != "running":
             kind = "lost" if recovery == "Automatic" else "keep_lost"

@@ -456,4 +456,7 @@ def test_vms_paused_on_a_full_disk_are_named():
     p = run_case(Case("", {**CTL_UP, "compute-1": "running", "compute-2": "running"}, {},
                       observed={"controller-1": DISK_FULL, "compute-2": DISK_FULL}))
     assert sorted(p.disk_full) == ["demo-compute-2", "demo-controller-1"]
+    busy = run_case(Case("", {**CTL_UP, "compute-1": "launching"}, {}, observed={"compute-1": DISK_FULL},
+                         busy={"compute-1"}, computes=1))
+    assert busy.disk_full == ["demo-compute-1"]  # a VM paused under its own launch says so too
     assert not [a for a in p.actions if a.kind in ("lost", "keep_lost", "reboot", "replace")]
