@@ -23,8 +23,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from lab.api import console, labctl, model, operations
+from lab.api import console, labctl, model, operations, s3
 from lab.api.model import ApiError
+from lab.spec.rules.lifecycle import s3_mirror
 
 log = logging.getLogger("lab.api")
 
@@ -32,14 +33,19 @@ MAX_BODY = 1 << 20  # 1 MiB: a CreateCluster with 100 groups is a few dozen KiB
 DRAIN_MAX = 64 << 20  # a larger body is read and dropped (up to this), then refused; beyond it the connection just closes
 JSON_TYPES = ("application/x-amz-json-1.1", "application/x-amz-json-1.0", "application/json")
 # SigV4: "AWS4-HMAC-SHA256 Credential=AKID/20261202/eu-west-1/sagemaker/aws4_request, SignedHeaders=..."
-SIGNED_SCOPE = re.compile(r"Credential=[^/,\s]+/\d{8}/([a-z0-9-]{1,40})/sagemaker/aws4_request")
+SIGNED_SCOPE = re.compile(r"Credential=[^/,\s]+/\d{8}/([a-z0-9-]{1,40})/([a-z0-9-]{1,40})/aws4_request")
+
+
+def signed_scope(authorization: str | None) -> tuple[str | None, str | None]:
+    """(region, service) a SigV4-signed request is for (the client's region_name / --region, and
+    sagemaker or s3); (None, None) when unsigned. The lab does not check signatures: any key works."""
+    m = SIGNED_SCOPE.search(authorization or "")
+    return (m.group(1), m.group(2)) if m else (None, None)
 
 
 def signed_region(authorization: str | None) -> str | None:
-    """The region a SigV4-signed request is for (the client's region_name / --region); None when unsigned.
-    The lab does not check signatures: any key works."""
-    m = SIGNED_SCOPE.search(authorization or "")
-    return m.group(1) if m else None
+    region, service = signed_scope(authorization)
+    return region if service == "sagemaker" else None
 
 
 def _reject_constant(name: str):
@@ -129,6 +135,8 @@ class Handler(BaseHTTPRequestHandler):
 
     # ---------------------------------------------------------------- routes
     def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        if self._s3_request():  # S3's POSTs (multipart uploads, DeleteObjects)
+            return
         t0 = time.perf_counter()
         rid = str(uuid.uuid4())
         path = self.path.split("?", 1)[0]
@@ -156,7 +164,42 @@ class Handler(BaseHTTPRequestHandler):
         finally:
             log.info("%s %s %d %.1f ms", "POST", op, status, (time.perf_counter() - t0) * 1000)
 
+    # ---------------------------------------------------------------- S3 (lab/api/s3.py)
+    def _s3_request(self) -> bool:
+        """Answer the request as S3 if it was signed for s3 (the AWS CLI's `aws s3 ...`): True if so."""
+        if signed_scope(self.headers.get("Authorization"))[1] != "s3":
+            return False
+        t0 = time.perf_counter()
+        try:
+            body = self._read_body()
+            status, headers, data = self.server.s3.handle(self.command, self.path, dict(self.headers.items()), body)
+        except ApiError as e:
+            status, headers, data = e.status, [("Content-Type", "application/xml")], s3.error_xml("InvalidRequest", e.message)
+        except Exception as e:  # noqa: BLE001 - moto raises on requests S3 would refuse (a POST with no action)
+            log.warning("S3 %s %s: moto could not answer: %s: %s", self.command, self.path[:100], type(e).__name__, e)
+            status, headers, data = 400, [("Content-Type", "application/xml")], s3.error_xml(
+                "InvalidRequest", f"the lab's S3 (moto) cannot answer this request ({type(e).__name__}: {str(e)[:200]})")
+        self.send_response(status)
+        for k, v in headers:
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(data)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+        log.info("S3 %s %s %d %.1f ms", self.command, self.path[:120], status, (time.perf_counter() - t0) * 1000)
+        return True
+
+    def do_PUT(self) -> None:  # noqa: N802
+        if not self._s3_request():
+            self._not_allowed()
+
+    do_DELETE = do_PUT  # noqa: N815
+
     def do_GET(self) -> None:  # noqa: N802
+        if self._s3_request():
+            return
         path = self.path.split("?", 1)[0]
         try:
             if path in ("/", "/index.html"):
@@ -184,7 +227,7 @@ class Handler(BaseHTTPRequestHandler):
         self.close_connection = True
         self._error(ApiError("UnknownOperationException", f"method {self.command}: use POST / for SageMaker's API", 405))
 
-    do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _not_allowed  # noqa: N815
+    do_PATCH = do_OPTIONS = _not_allowed  # noqa: N815
 
     # ---------------------------------------------------------------- SageMaker
     def _operation(self) -> str:
@@ -243,6 +286,7 @@ class ApiServer(ThreadingHTTPServer):
 
             self.address_family = socket.AF_INET6
         self.lab = lab
+        self.s3 = s3.S3(s3_mirror())  # started on the first S3 request
         super().__init__(address, Handler)
 
     @property

@@ -144,7 +144,7 @@ CASES = [
     ("duplicate-key", edit(("InstanceCount: 2", "InstanceCount: 2\n    InstanceCount: 3")),
      [(10, "InstanceGroups[1].InstanceCount", "duplicate key (first at line 9)")]),
     ("lifecycle-s3", edit(("InstanceCount: 2", "InstanceCount: 2\n    LifeCycleConfig: {SourceS3Uri: 's3://sagemaker-x/lc', OnCreate: on_create.sh}")),
-     [(10, "InstanceGroups[1].LifeCycleConfig.SourceS3Uri", "a lab cannot fetch from S3", "use a local folder")]),
+     [(10, "InstanceGroups[1].LifeCycleConfig.SourceS3Uri", "nothing under that prefix in the lab's S3", "upload the scripts first: aws s3 sync")]),
     ("lifecycle-missing-folder", edit(("InstanceCount: 2", "InstanceCount: 2\n    LifeCycleConfig: {SourceS3Uri: ./nope, OnCreate: on_create.sh}")),
      [(10, "InstanceGroups[1].LifeCycleConfig.SourceS3Uri", "nope does not exist")]),
     ("lifecycle-missing-script", edit(("InstanceCount: 2", "InstanceCount: 2\n    LifeCycleConfig: {SourceS3Uri: ./lc, OnCreate: setup.sh}")),

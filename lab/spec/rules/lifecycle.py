@@ -21,7 +21,7 @@ def local_source(uri: str, base_dir: Path | None) -> tuple[Path | None, str | No
     """Resolve a SourceS3Uri to a local folder: (path, what is wrong, fix).
 
     Takes a path (relative ones against `base_dir`), `file://` URI, or `s3://bucket/prefix` when that
-    prefix is mirrored under `$SLURMLAB_HOME/s3/`.
+    prefix is under `$SLURMLAB_HOME/s3/` (where `slurmlab serve`'s S3 keeps what `aws s3 sync` uploads).
     """
     if uri.startswith(("s3://", "https://", "http://")):
         if uri.startswith("s3://"):
@@ -30,8 +30,9 @@ def local_source(uri: str, base_dir: Path | None) -> tuple[Path | None, str | No
             if parsed.netloc and mirror.is_dir():
                 return mirror, None, None
             return None, (
-                f"'{uri}': a lab cannot fetch from S3"
-            ), f"use a local folder (a path or file:// URI), or copy the scripts to {mirror}"
+                f"'{uri}': nothing under that prefix in the lab's S3 ({mirror})"
+            ), (f"upload the scripts first: aws s3 sync ./lifecycle {uri} --endpoint-url <slurmlab serve's URL> "
+                "(or copy them to that folder), or use a local folder (a path or file:// URI)")
         return None, f"'{uri}': a lab cannot fetch lifecycle scripts over the network", "use a local folder (a path or file:// URI)"
     if uri.startswith("file:"):
         parsed = urlparse(uri)
