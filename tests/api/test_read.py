@@ -160,11 +160,15 @@ def test_delete_cluster_marks_deleting(api):
     assert c.describe_cluster(ClusterName="demo")["ClusterStatus"] == "Deleting"
 
 
+def aws_env() -> dict:
+    """The AWS CLI's environment in tests: any key, one region, no config file, no pager, no retries."""
+    return {**os.environ, "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_CONFIG_FILE": "/dev/null", "AWS_SHARED_CREDENTIALS_FILE": "/dev/null", "AWS_PAGER": "",
+            "AWS_MAX_ATTEMPTS": "1"}
+
+
 def aws(api, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    env = {**os.environ, "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "AWS_DEFAULT_REGION": "us-east-1",
-           "AWS_CONFIG_FILE": "/dev/null", "AWS_SHARED_CREDENTIALS_FILE": "/dev/null", "AWS_PAGER": "",
-           "AWS_MAX_ATTEMPTS": "1"}
-    p = subprocess.run([AWS, "sagemaker", *args, "--endpoint-url", api.url, "--output", "json"], env=env,
+    p = subprocess.run([AWS, "sagemaker", *args, "--endpoint-url", api.url, "--output", "json"], env=aws_env(),
                        capture_output=True, text=True, timeout=60)
     if check:
         assert p.returncode == 0, p.stderr

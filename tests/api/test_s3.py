@@ -13,16 +13,13 @@ import pytest
 from botocore.exceptions import ClientError
 
 from tests.api.seed import create_request
-from tests.api.test_read import AWS, aws
+from tests.api.test_read import AWS, aws, aws_env
 
 LIFECYCLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "lifecycle")
 
 
 def s3cli(api, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    env = {**os.environ, "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "AWS_DEFAULT_REGION": "us-east-1",
-           "AWS_CONFIG_FILE": "/dev/null", "AWS_SHARED_CREDENTIALS_FILE": "/dev/null", "AWS_PAGER": "",
-           "AWS_MAX_ATTEMPTS": "1"}
-    p = subprocess.run([AWS, "s3", *args, "--endpoint-url", api.url], env=env, capture_output=True, text=True, timeout=60)
+    p = subprocess.run([AWS, "s3", *args, "--endpoint-url", api.url], env=aws_env(), capture_output=True, text=True, timeout=60)
     if check:
         assert p.returncode == 0, p.stdout + p.stderr
     return p
