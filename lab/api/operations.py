@@ -68,6 +68,11 @@ def cluster_name(lab: Lab, ref: str, field_name: str = "ClusterName") -> str:
     return ref
 
 
+def not_found(field_name: str, e: NotFound) -> ApiError:
+    """ResourceNotFound naming the request's field, with the engine's message and fix."""
+    return ApiError("ResourceNotFound", f"{field_name}: {e.message}" + (f" ({e.fix})" if e.fix else ""))
+
+
 def spec_error(e: SpecInvalid, code: str = "ValidationException") -> ApiError:
     limit = [p for p in e.problems if "lab's limit" in p.what]
     if limit and len(limit) == len(e.problems):
@@ -233,8 +238,7 @@ def describe_cluster_node(lab: Lab, body: dict) -> dict:
     try:
         details = clusters.describe_node(lab.store, name, node_id or logical)
     except NotFound as e:
-        raise ApiError("ResourceNotFound", f"{'NodeId' if node_id else 'NodeLogicalId'}: {e.message}"
-                       + (f" ({e.fix})" if e.fix else "")) from None
+        raise not_found("NodeId" if node_id else "NodeLogicalId", e) from None
     return {"NodeDetails": details}
 
 
@@ -326,7 +330,7 @@ def describe_cluster_event(lab: Lab, body: dict) -> dict:
     try:
         ev = clusters.describe_event(lab.store, name, body["EventId"])
     except NotFound as e:
-        raise ApiError("ResourceNotFound", f"EventId: {e.message}" + (f" ({e.fix})" if e.fix else "")) from None
+        raise not_found("EventId", e) from None
     return {"EventDetails": ev}
 
 
@@ -344,7 +348,7 @@ def describe_cluster_operation(lab: Lab, body: dict) -> dict:
     try:
         return describe_operation(lab.store, name, body["OperationId"])
     except NotFound as e:
-        raise ApiError("ResourceNotFound", f"OperationId: {e.message}" + (f" ({e.fix})" if e.fix else "")) from None
+        raise not_found("OperationId", e) from None
 
 
 HANDLERS: dict[str, Callable[[Lab, dict], dict]] = {

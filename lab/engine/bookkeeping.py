@@ -31,12 +31,6 @@ def instance_id(cluster: str, node: str, prefix: str = "i-", generation: int = 0
     return prefix + hashlib.sha256(key.encode()).hexdigest()[:17]
 
 
-def id_prefix(provider_name: str) -> str:
-    """The instance id prefix of a provider by name (where no provider object is at hand): "i-" for
-    every provider, so that ids match the model's ClusterNodeId pattern (i- and 17 hex digits)."""
-    return "i-"
-
-
 class Bookkeeping:
     # ------------------------------------------------------------------ statuses, operations
     def _statuses(self, c: ClusterRow, groups: list[GroupRow], nodes: list[NodeRow], p: planner.Plan) -> None:

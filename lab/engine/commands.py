@@ -18,7 +18,7 @@ import time
 from dataclasses import asdict
 
 from lab.engine import daemon
-from lab.engine.bookkeeping import id_prefix, instance_id
+from lab.engine.bookkeeping import instance_id
 from lab.engine.operations import new_op, scaling_of
 from lab.engine.plan import VM_UP_PHASES, leaving, node_status
 from lab.engine.views import arn, get, resolve
@@ -285,7 +285,6 @@ def add_nodes(st: Store, name: str, groups: list[dict], *, start_engine: bool = 
                      f"{cap} per group (set {MAX_NODES_ENV} to change it)")
                 continue
             have = taken.setdefault(gname, set())
-            prefix = id_prefix(c.provider)
             o = 1
             for _ in range(inc):
                 while o in have:
@@ -293,7 +292,7 @@ def add_nodes(st: Store, name: str, groups: list[dict], *, start_engine: bool = 
                 have.add(o)
                 node = f"{name}-{gname}-{o}"
                 st.add_node(NodeRow(cluster=name, name=node, grp=gname, ordinal=o,
-                                    instance_id=instance_id(name, node, prefix), address="", mac="",
+                                    instance_id=instance_id(name, node), address="", mac="",
                                     phase="planned", message="added (BatchAddClusterNodes)"))
                 ok.append({"NodeLogicalId": node, "InstanceGroupName": gname, "Status": "Pending"})
                 added.append(node)

@@ -28,7 +28,7 @@ from lab.configure.inventory import ClusterContext
 from lab.engine import plan as planner
 from lab.engine.actions import ACTIONS, Actions
 from lab.engine.bookkeeping import (  # noqa: F401 - re-exported for bench/ and tests (instance_id, backoff)
-    BACKOFF_BASE, BACKOFF_MAX, SCALING, Bookkeeping, backoff, id_prefix, instance_id)
+    BACKOFF_BASE, BACKOFF_MAX, SCALING, Bookkeeping, backoff, instance_id)
 from lab.engine.plan import JOIN_MAX_WAIT_S, JOIN_QUIET_S, LEGACY_ATTEMPTS, Action
 from lab.engine.sight import Sight
 from lab.providers.base import LaunchError, Provider, threads_running

@@ -40,11 +40,10 @@ def refusal(name: str, free: Callable[[], int] = free_mib) -> str | None:
             "(the lab retries by itself)")
 
 
-def paused_for_space(dom) -> bool:
-    """qemu paused this domain because a disk write found no space."""
+def paused_for_space(dom, state: int, reason: int) -> bool:
+    """qemu paused this domain (its `dom.state()` is state, reason) because a disk write found no space."""
     import libvirt
 
-    state, reason = dom.state()
     if state != libvirt.VIR_DOMAIN_PAUSED or reason != libvirt.VIR_DOMAIN_PAUSED_IOERROR:
         return False
     try:
@@ -53,12 +52,12 @@ def paused_for_space(dom) -> bool:
         return True  # paused on an I/O error; the pool's space decides below all the same
 
 
-def observe(dom, free: Callable[[], int] = free_mib) -> str | None:
+def observe(dom, state: int, reason: int, free: Callable[[], int] = free_mib) -> str | None:
     """`disk-full` for a domain paused on ENOSPC while the pool is short; "running" once it was resumed;
-    None when the domain was not paused for space."""
+    None when the domain was not paused for space. `state, reason`: its `dom.state()`, read once."""
     import libvirt
 
-    if not paused_for_space(dom):
+    if not paused_for_space(dom, state, reason):
         return None
     have = free()
     if have < RESERVE_MIB:

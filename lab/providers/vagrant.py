@@ -246,7 +246,8 @@ class VagrantProvider(Provider):
             found = {}
             for dom in conn.listAllDomains():
                 if _cluster_of(dom) == cluster:
-                    state = disk.observe(dom) or STATE_NAMES.get(dom.state()[0], "other")
+                    code, reason = dom.state()
+                    state = disk.observe(dom, code, reason) or STATE_NAMES.get(code, "other")
                     found[dom.name()] = Observed(dom.name(), state,
                                                  details={"message": disk.message()} if state == DISK_FULL else {})
             return found

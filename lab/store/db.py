@@ -18,7 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from lab.store import schema
-from lab.store.rows import NODE_COLS, ClusterRow, EventRow, GroupRow, NodeRow, OperationRow, node_of, row_of
+from lab.store.rows import JSON_COLUMNS, NODE_COLS, ClusterRow, EventRow, GroupRow, NodeRow, OperationRow, node_of, row_of
 from lab.store.schema import SCHEMA_VERSION
 
 __all__ = ["SCHEMA_VERSION", "ClusterRow", "EventRow", "GroupRow", "NodeRow", "OperationRow", "Store"]
@@ -197,7 +197,7 @@ class Store:
     def add_operation(self, op: OperationRow) -> None:
         with self.tx() as db:
             d = asdict(op)
-            for k in ("groups", "nodes", "undo", "scaling"):
+            for k in JSON_COLUMNS & d.keys():  # the columns row_of() decodes
                 d[k] = json.dumps(d[k]) if d[k] is not None else None
             _insert(db, "operations", d)
 

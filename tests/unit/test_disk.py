@@ -44,13 +44,13 @@ def test_a_new_vm_needs_its_disk_plus_the_reserve(free, refused):
 
 def test_paused_on_a_full_disk_waits_while_the_pool_is_short():
     d = Dom(*PAUSED)
-    assert disk.observe(d, free=lambda: disk.RESERVE_MIB - 1) == DISK_FULL
+    assert disk.observe(d, *d.state(), free=lambda: disk.RESERVE_MIB - 1) == DISK_FULL
     assert d.resumed == 0
 
 
 def test_paused_on_a_full_disk_is_resumed_once_there_is_room():
     d = Dom(*PAUSED)
-    assert disk.observe(d, free=lambda: disk.RESERVE_MIB) == "running"
+    assert disk.observe(d, *d.state(), free=lambda: disk.RESERVE_MIB) == "running"
     assert d.resumed == 1
 
 
@@ -62,7 +62,7 @@ def test_paused_on_a_full_disk_is_resumed_once_there_is_room():
 ])
 def test_other_states_are_not_the_disks_business(state, reason, errors):
     d = Dom(state, reason, errors)
-    assert disk.observe(d, free=lambda: 0) is None
+    assert disk.observe(d, *d.state(), free=lambda: 0) is None
     assert d.resumed == 0
 
 
