@@ -13,6 +13,7 @@ refusal is InsufficientCapacity: an event, a Degraded group, a retry when capaci
     faults:                      # optional: transient launch failures, reproducible from the seed
       seed: 7
       launch_failure_rate: 0.2   # 0..1, the chance that one launch attempt fails
+      health_check_failure_rate: 0.5  # 0..1, sim provider only: a simulated deep health check fails
 
 The file is read into pydantic models (CapacityFile); every problem is reported at once as
 `file:line: field path: what is wrong; fix` (lab/spec/problems.py), like a cluster spec.
@@ -83,6 +84,22 @@ def launch_fault(faults: dict, cluster: str, node: str, generation: int, attempt
     return f"injected launch failure (faults: launch_failure_rate {rate:g}, seed {seed}); transient, retried"
 
 
+def health_faults(faults: dict, op_id: str, targets: dict[str, list[str]]) -> dict[str, list[str]]:
+    """The sim provider's deep health checks: each node fails one of its checks with the chance
+    `health_check_failure_rate` (same seed and operation, same answer: a check run again after an
+    engine restart agrees), labelled simulated. node -> failures."""
+    rate = float((faults or {}).get("health_check_failure_rate") or 0)
+    seed = (faults or {}).get("seed") or 0
+    out: dict[str, list[str]] = {}
+    for node, checks in targets.items():
+        r = random.Random(f"{seed}/{node}/{op_id}")
+        out[node] = []
+        if rate > 0 and r.random() < rate:
+            out[node] = [f"{r.choice(checks)}: simulated failure (faults: health_check_failure_rate {rate:g}, "
+                         f"seed {seed})"]
+    return out
+
+
 def state(st, now: float | None = None) -> dict:
     """What `slurmlab capacity show` and GET /_lab/capacity report: limits and use per instance type,
     arrivals still to come, and the injected faults."""
@@ -107,7 +124,7 @@ def apply(st, cap: CapacityFile, now: float | None = None) -> None:
         for a in arrivals:
             st.add_arrival(t, now + a.after_seconds, a.count)
     if cap.faults is not None:
-        st.set_faults(cap.faults.seed, cap.faults.launch_failure_rate)
+        st.set_faults(cap.faults.seed, cap.faults.launch_failure_rate, cap.faults.health_check_failure_rate)
 
 
 # ---------------------------------------------------------------- the file
@@ -144,6 +161,7 @@ class InstanceTypeCapacity(_Model):
 class Faults(_Model):
     seed: int = 0
     launch_failure_rate: float = Field(0.0, ge=0, le=1)
+    health_check_failure_rate: float = Field(0.0, ge=0, le=1)
 
 
 class CapacityFile(_Model):
@@ -177,7 +195,7 @@ _SHAPES: dict[tuple, tuple[str, str | None]] = {
     ("instance_types", "*"): ("must be a mapping with available and/or arrivals", None),
     ("instance_types", "*", "arrivals"): ("must be a list", None),
     ("instance_types", "*", "arrivals", "#"): ("an arrival is {after_seconds: N, count: M}", None),
-    ("faults",): ("must be a mapping: {seed: N, launch_failure_rate: R}", None),
+    ("faults",): ("must be a mapping: {seed: N, launch_failure_rate: R, health_check_failure_rate: R}", None),
 }
 _FIELDS: dict[str, tuple[str, str | None]] = {
     "available": ("must be a whole number >= 0, not {v!r}", None),
@@ -185,8 +203,10 @@ _FIELDS: dict[str, tuple[str, str | None]] = {
     "count": ("must be a whole number >= 1, not {v!r}", None),
     "seed": ("must be a whole number, not {v!r}", None),
     "launch_failure_rate": ("must be a number from 0 to 1, not {v!r}", "e.g. 0.2 fails one launch in five"),
+    "health_check_failure_rate": ("must be a number from 0 to 1, not {v!r}",
+                                  "e.g. 0.5 fails one simulated node check in two"),
 }
-_UNKNOWN_FIX = {(): "the top-level keys are instance_types and faults", ("faults",): "use seed and launch_failure_rate",
+_UNKNOWN_FIX = {(): "the top-level keys are instance_types and faults", ("faults",): "use seed, launch_failure_rate and health_check_failure_rate",
                 ("instance_types", "*"): "use available and arrivals"}
 
 

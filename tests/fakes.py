@@ -75,9 +75,14 @@ class FakeConfigurer(Configurer):
     def __init__(self):
         self.calls: list[tuple] = []
         self.fail_configure: dict[str, int] = {}
+        self.unhealthy: dict[str, str] = {}  # node -> the failure its next deep health checks report
 
     def context(self, cluster, groups, nodes):
         return ClusterContext(cluster.name, groups, nodes, ssh_key=None, munge_key=None, ssh_executable="ssh")
+
+    def health_check(self, ctx, targets, op_id, faults):
+        self.calls.append(("health_check", tuple(targets)))
+        return {n: [self.unhealthy[n]] if n in self.unhealthy else [] for n in targets}
 
     def configure(self, ctx, node, node_type):
         self.calls.append(("configure", node, node_type))

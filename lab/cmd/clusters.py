@@ -129,7 +129,7 @@ def list_cluster_operations(
     status: Optional[str] = typer.Option(None, "--status", help="InProgress, Superseded or Done"),
     output: Output = OutputOpt,
 ) -> None:
-    """The cluster's scaling operations (HyperPod's ListClusterOperations), newest first."""
+    """The cluster's scaling operations and deep health checks (HyperPod's ListClusterOperations), newest first."""
     from lab.engine.operations import list_operations
 
     ops = list_operations(store(), name, Status=status)
@@ -137,13 +137,13 @@ def list_cluster_operations(
         print_json({"ClusterOperationSummaries": ops})
         return
     for o in ops:
-        out.print(f"{o['CreationTime'][:19]}  {o['OperationId']}  {o['Type']:<8} {o['Status']}", markup=False,
+        out.print(f"{o['CreationTime'][:19]}  {o['OperationId']}  {o['Type']:<15} {o['Status']}", markup=False,
                   highlight=False)
 
 
 @app.command("describe-cluster-operation")
 def describe_cluster_operation(name: str, operation_id: str, output: Output = OutputOpt) -> None:
-    """One operation with its groups before and after (HyperPod's DescribeClusterOperation)."""
+    """One operation with its groups before and after, or its health checks (HyperPod's DescribeClusterOperation)."""
     from lab.engine.operations import describe_operation
 
     op = describe_operation(store(), name, operation_id)
@@ -152,10 +152,35 @@ def describe_cluster_operation(name: str, operation_id: str, output: Output = Ou
         return
     out.print(f"{op['OperationId']}  {op['Type']}  {op['Status']}  created {op['CreationTime'][:19]}", markup=False,
               highlight=False)
-    for d in op["ScalingDetails"]:
+    for d in op.get("DeepHealthCheckDetails", []):
+        out.print(f"  {d['InstanceGroupName']:<12} {', '.join(d['DeepHealthChecks'])} on "
+                  f"{', '.join(d.get('InstanceIds') or ['every node'])}", markup=False, highlight=False)
+    for d in op.get("ScalingDetails", []):
         was, want = d.get("Original", {}), d.get("Desired", {})
         out.print(f"  {d['InstanceGroupName']:<12} {was.get('CurrentCount', '?')} running, target "
                   f"{was.get('TargetCount', '?')} -> {want.get('TargetCount', '?')}", markup=False, highlight=False)
+
+
+@app.command("start-cluster-health-check")
+def start_cluster_health_check(
+    name: str,
+    group: str = typer.Argument(..., help="the instance group to check"),
+    instance_ids: list[str] = typer.Option([], "--instance-id", help="only these instances (repeat); default: all"),
+    checks: list[str] = typer.Option(["InstanceStress"], "--check",
+                                     help="InstanceStress, InstanceConnectivity or MultiNodeTrainingValidation (repeat)"),
+    output: Output = OutputOpt,
+) -> None:
+    """Deep health checks (HyperPod's StartClusterHealthCheck): the nodes go into a Slurm maintenance
+    reservation, are checked inside, and a node that fails is rebooted or replaced (NodeRecovery)."""
+    from lab.engine import health
+
+    cfg = {"InstanceGroupName": group, "DeepHealthChecks": checks, **({"InstanceIds": instance_ids} if instance_ids else {})}
+    op = health.start(store(), name, [cfg], start_engine=True)
+    if output == Output.json:
+        print_json({"OperationId": op})
+        return
+    out.print(f"deep health check {op} started (watch: slurmlab list-cluster-nodes {name}; "
+              f"slurmlab describe-cluster-operation {name} {op})", markup=False, highlight=False)
 
 
 @app.command("delete-cluster")

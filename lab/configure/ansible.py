@@ -48,6 +48,13 @@ class AnsibleConfigurer(Configurer):
         return self._run(ctx, "join.yml", limit=[controller, *batch, *running], joining=batch,
                          extravars={"slurmlab_joining": list(batch)})
 
+    def health_check(self, ctx: ClusterContext, targets: dict[str, list[str]], op_id: str,
+                     faults: dict) -> dict[str, list[str]]:
+        """Real checks over SSH (lab/configure/health.py); injected faults are the sim's only."""
+        from lab.configure import health
+
+        return health.run(ctx, targets, op_id)
+
     def leave(self, ctx: ClusterContext, names: list[str]) -> PlaybookResult:
         controller = next(n.name for n in ctx.nodes if any(g.name == n.grp and g.node_type == "Controller" for g in ctx.groups))
         return self._run(ctx, "leave.yml", limit=[controller, *names], extravars={"slurmlab_leaving": names})

@@ -52,6 +52,13 @@ class Configurer(ABC):
     def leave(self, ctx: ClusterContext | None, names: list[str]) -> Any:
         """Drain the nodes, wait for their jobs, take them out of slurm.conf, one reconfigure."""
 
+    @abstractmethod
+    def health_check(self, ctx: ClusterContext | None, targets: dict[str, list[str]], op_id: str,
+                     faults: dict) -> dict[str, list[str]]:
+        """Run the deep health checks `targets` names (node -> DeepHealthCheckType values) inside the
+        nodes; node -> what failed ("Check: why"; empty: passed). `op_id` names the run (its Slurm
+        maintenance reservation); `faults` are the lab's injected faults (a simulation may use them)."""
+
     async def configure_async(self, ctx: ClusterContext | None, node: str, node_type: str) -> list | None:
         return await in_thread(_cluster(ctx), self.configure, ctx, node, node_type)
 
@@ -60,6 +67,10 @@ class Configurer(ABC):
 
     async def leave_async(self, ctx: ClusterContext | None, names: list[str]) -> Any:
         return await in_thread(_cluster(ctx), self.leave, ctx, names)
+
+    async def health_check_async(self, ctx: ClusterContext | None, targets: dict[str, list[str]], op_id: str,
+                                 faults: dict) -> dict[str, list[str]]:
+        return await in_thread(_cluster(ctx), self.health_check, ctx, targets, op_id, faults)
 
 
 def _cluster(ctx: ClusterContext | None) -> str:

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from lab.capacity import launch_fault
 from lab.configure.base import warnings_of
-from lab.engine.plan import Action
+from lab.engine.bookkeeping import HEALTH_CHECK, health_outcome
+from lab.engine.plan import HEALTH_CHECKING, HEALTH_MARKS, NO_RETRY, Action, node_recovery
 from lab.providers.base import LaunchError
 from lab.store.db import ClusterRow, NodeRow
 
@@ -165,6 +166,52 @@ class Actions:
         self.store.add_event(cluster, "Instance", "Info", f"{a.node}: old instance {n.instance_id} removed; "
                              "a new one launches", grp=a.group, node=a.node, operation_id=op)
 
+    async def _do_healthcheck(self, cluster: str, a: Action, ctx=None) -> None:
+        """Deep health checks of the marked nodes, one operation at a time (each its own Slurm
+        maintenance reservation); then each node passes, is rebooted or replaced, or stays Failure."""
+        c = self._snap[cluster][0]
+        for op in self.store.operations(cluster, "InProgress"):
+            wanted = (op.details or {}).get("Checks", {}) if op.kind == HEALTH_CHECK else {}
+            targets = {}
+            for x in a.batch:
+                n = self.store.node(cluster, x)
+                if x in wanted and n is not None and n.pending in HEALTH_MARKS:
+                    targets[x] = wanted[x]
+            if not targets:
+                continue
+            with self.store.tx():
+                for x, checks in targets.items():
+                    self.store.update_node(cluster, x, pending=HEALTH_CHECKING, message=f"deep health check: {', '.join(checks)}")
+            self.store.add_event(cluster, "Cluster", "Info", f"deep health check running on {', '.join(targets)}",
+                                 operation_id=op.id)
+            try:
+                results = await self.configurer_for(c).health_check_async(ctx, targets, op.id, self._faults)
+            except Exception as e:  # noqa: BLE001 - a node that cannot be checked is not healthy: recovery decides
+                results = {x: [f"{checks[0]}: the checks could not run: {e}"] for x, checks in targets.items()}
+            for x, checks in targets.items():
+                self._health_result(cluster, op.id, x, checks, (results or {}).get(x) or [], node_recovery(c))
+
+    def _health_result(self, cluster: str, op: str, node: str, checks: list[str], failures: list[str],
+                       recovery: str) -> None:
+        n = self.store.node(cluster, node)
+        if n is None or n.pending != HEALTH_CHECKING:
+            return  # something else took the node over meanwhile (a delete, a reboot, a lost VM)
+        what, why = health_outcome(failures, recovery), "; ".join(failures)[:300]
+        if what == "passed":
+            self.store.update_node(cluster, node, pending=None, message="")
+            self.store.add_event(cluster, "Instance", "Info", f"{node}: passed the deep health check ({', '.join(checks)})",
+                                 grp=n.grp, node=node, operation_id=op)
+        elif what == "failed":
+            msg = (f"deep health check failed: {why}; NodeRecovery is None: BatchRebootClusterNodes or "
+                   "BatchReplaceClusterNodes recovers it")
+            self.store.update_node(cluster, node, pending=None, phase="failed", retry_at=NO_RETRY, message=msg[:500])
+            self.store.add_event(cluster, "Instance", "Error", f"{node}: {msg}"[:500], grp=n.grp, node=node, operation_id=op)
+        else:
+            verb = "rebooting" if what == "reboot" else "replacing"
+            msg = f"deep health check failed: {why}; {verb} it (NodeRecovery Automatic)"
+            self.store.update_node(cluster, node, pending=what, message=msg[:500])
+            self.store.add_event(cluster, "Instance", "Warning", f"{node}: {msg}"[:500], grp=n.grp, node=node, operation_id=op)
+
     async def _do_rollback_cluster(self, cluster: str, a: Action, ctx=None) -> None:
         """Legacy create that failed: remove every VM (and the cluster's network), then Failed."""
         c = self._snap[cluster][0]
@@ -204,4 +251,5 @@ class Actions:
 ACTIONS = {"launch": Actions._do_launch, "configure": Actions._do_configure, "join": Actions._do_join,
            "leave": Actions._do_leave, "remove": Actions._do_remove, "orphan": Actions._do_orphan,
            "lost": Actions._do_lost, "reboot": Actions._do_reboot, "replace": Actions._do_replace,
+           "healthcheck": Actions._do_healthcheck,
            "rollback_cluster": Actions._do_rollback_cluster, "delete_cluster": Actions._do_delete_cluster}

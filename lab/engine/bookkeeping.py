@@ -15,6 +15,7 @@ from lab.store.db import ClusterRow, GroupRow, NodeRow
 BACKOFF_BASE = 10.0
 BACKOFF_MAX = 300.0
 SCALING = {"CreateCluster", "UpdateCluster", "BatchAddClusterNodes", "BatchDeleteClusterNodes"}
+HEALTH_CHECK = "DeepHealthCheck"  # StartClusterHealthCheck (lab/engine/health.py)
 DISK_PAUSED = "paused (disk full):"
 PERMANENT_HINT = "not retried: BatchReplaceClusterNodes replaces it, BatchDeleteClusterNodes removes it"
 
@@ -29,6 +30,28 @@ def instance_id(cluster: str, node: str, prefix: str = "i-", generation: int = 0
     """The node's instance id: stable for one instance, new after a replacement (generation)."""
     key = f"{cluster}/{node}" if not generation else f"{cluster}/{node}#{generation}"
     return prefix + hashlib.sha256(key.encode()).hexdigest()[:17]
+
+
+# A failed stress of the instance itself (its CPU, memory or disk) replaces it; any other failure (a
+# daemon down, no answer to srun) reboots it first, as HyperPod's UnschedulablePendingReboot.
+HARDWARE = ("InstanceStress: cpu", "InstanceStress: memory", "InstanceStress: disk")
+
+
+def health_outcome(failures: list[str], recovery: str) -> str:
+    """What a node's deep health check result does: "passed", "reboot", "replace" (NodeRecovery
+    Automatic) or "failed" (NodeRecovery None: Failure until BatchRebootClusterNodes or
+    BatchReplaceClusterNodes)."""
+    if not failures:
+        return "passed"
+    if recovery != "Automatic":
+        return "failed"
+    return "replace" if any(f.startswith(HARDWARE) for f in failures) else "reboot"
+
+
+def _no_health_mark(cluster: str, node: str, store) -> dict:
+    """{"pending": None} when the node waits for a deep health check (a lost VM has nothing to check)."""
+    n = store.node(cluster, node)
+    return {"pending": None} if n is not None and n.pending in planner.HEALTH_MARKS else {}
 
 
 class Bookkeeping:
@@ -59,9 +82,9 @@ class Bookkeeping:
                 done = all(g in p.settled or g not in gnames for g in op.groups)
                 if op.kind == "BatchDeleteClusterNodes":
                     done = done and not any(x in by_name for x in op.nodes)
-            else:
+            else:  # a deep health check is done too when a node it failed is left Failure (NodeRecovery None)
                 done = all(x not in by_name or (by_name[x].phase == "running" and not by_name[x].pending)
-                           for x in op.nodes)
+                           or (op.kind == HEALTH_CHECK and planner.failed_for_good(by_name[x])) for x in op.nodes)
             if done:
                 self.store.finish_operation(op.id, "Completed", when=self.clock())
                 self.store.add_event(name, "Cluster", "Info", f"operation {op.kind} completed", operation_id=op.id)
@@ -154,7 +177,7 @@ class Bookkeeping:
         """NodeRecovery None: the VM died; the node stays Failure until someone replaces or deletes it."""
         msg = (f"VM {a.reason}; not replaced because NodeRecovery is None "
                "(BatchReplaceClusterNodes replaces it, BatchDeleteClusterNodes removes it)")
-        self.store.update_node(cluster, a.node, phase="lost", message=msg)
+        self.store.update_node(cluster, a.node, phase="lost", message=msg, **_no_health_mark(cluster, a.node, self.store))
         self.store.add_event(cluster, "Instance", "Error", f"{a.node}: {msg}", grp=a.group, node=a.node)
 
     def _disk_marks(self, cluster: str, nodes: list[NodeRow], seen: dict, p: planner.Plan) -> None:
@@ -206,7 +229,7 @@ class Bookkeeping:
         gen = n.generation + 1
         self.store.update_node(cluster, n.name, phase="planned", booted_at=None, configured_at=None, attempts=0,
                                retry_at=0, generation=gen, instance_id=instance_id(cluster, n.name, prov.id_prefix, gen),
-                               message=message)
+                               message=message, **({"pending": None} if n.pending in planner.HEALTH_MARKS else {}))
 
     async def _prepare(self, c: ClusterRow, prov: Provider, gmap: dict[str, GroupRow], nodes: list[NodeRow]) -> None:
         box = (c.spec.get("Lab") or {}).get("Box")

@@ -222,7 +222,7 @@ class Engine(Bookkeeping, Actions):
                 continue
             if a.kind in ("delete_cluster", "rollback_cluster"):
                 await self._cancel(name, keep=key)
-            if a.kind in ("configure", "join", "leave") and ctx is None:
+            if a.kind in ("configure", "join", "leave", "healthcheck") and ctx is None:
                 ctx = self._context_from(c, groups, nodes)
             self.tasks[(name, key)] = asyncio.create_task(self._guard(name, a, ctx), name=f"{name}:{a.kind}:{key}")
 

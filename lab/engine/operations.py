@@ -5,8 +5,9 @@ them (`list_operations`, `describe_operation`).
 The engine finishes an operation when its groups (or nodes) settle: Completed, or Failed (a legacy
 rollback). HyperPod's statuses are InProgress, Superseded and Done: Completed and Failed are both
 Done; the lab never supersedes an operation (a newer UpdateCluster adds its own). HyperPod's types are
-Scaling (CreateCluster, UpdateCluster, BatchAddClusterNodes, BatchDeleteClusterNodes) and DeepHealthCheck;
-reboots and replacements are operations of the lab only (their events carry their id), not listed.
+Scaling (CreateCluster, UpdateCluster, BatchAddClusterNodes, BatchDeleteClusterNodes) and DeepHealthCheck
+(StartClusterHealthCheck, lab/engine/health.py); reboots and replacements are operations of the lab only
+(their events carry their id), not listed.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 import uuid
 from collections import Counter
 
-from lab.engine.bookkeeping import SCALING
+from lab.engine.bookkeeping import HEALTH_CHECK, SCALING
 from lab.engine.views import get
 from lab.errors import NotFound, UsageError
 from lab.osutil import iso, ms
@@ -25,9 +26,13 @@ STATUS = {"InProgress": "InProgress", "Superseded": "Superseded", "Completed": "
 
 
 def new_op(cluster: str, kind: str, groups, nodes=(), undo: dict | None = None,
-            scaling: dict | None = None) -> OperationRow:
+           scaling: dict | None = None, details: dict | None = None) -> OperationRow:
     return OperationRow(id=str(uuid.uuid4()), cluster=cluster, kind=kind, groups=sorted(set(groups)),
-                        nodes=list(nodes), status="InProgress", created_at=time.time(), undo=undo, scaling=scaling)
+                        nodes=list(nodes), status="InProgress", created_at=time.time(), undo=undo, scaling=scaling,
+                        details=details)
+
+
+LISTED = {**{k: "Scaling" for k in SCALING}, HEALTH_CHECK: "DeepHealthCheck"}  # the lab's kind -> HyperPod's Type
 
 
 def scaling_of(st: Store, cluster: str, targets: dict[str, tuple[int, int]], spec_before: dict | None,
@@ -47,7 +52,7 @@ def scaling_of(st: Store, cluster: str, targets: dict[str, tuple[int, int]], spe
 
 
 def _summary(arn: str, op: OperationRow) -> dict:
-    return {"OperationId": op.id, "ClusterArn": arn, "Type": "Scaling", "Status": STATUS.get(op.status, "Done"),
+    return {"OperationId": op.id, "ClusterArn": arn, "Type": LISTED[op.kind], "Status": STATUS.get(op.status, "Done"),
             "CreationTime": iso(op.created_at)}
 
 
@@ -64,7 +69,7 @@ def list_operations(st: Store, name: str, Status: str | None = None, Type: str |
     c = get(st, name)
     out = []
     for op in st.operations(name):
-        if op.kind not in SCALING or Type not in (None, "Scaling"):
+        if op.kind not in LISTED or Type not in (None, LISTED[op.kind]):
             continue
         s = _summary(c.arn, op)
         if Status is not None and s["Status"] != Status:
@@ -79,12 +84,15 @@ def list_operations(st: Store, name: str, Status: str | None = None, Type: str |
 
 def describe_operation(st: Store, name: str, operation_id: str) -> dict:
     """DescribeClusterOperation's answer: the summary plus ScalingDetails (per group: Status, Original
-    and Desired counts)."""
+    and Desired counts) or, for a deep health check, DeepHealthCheckDetails (the request's configurations)."""
     c = get(st, name)
-    op = next((o for o in st.operations(name) if o.id == operation_id and o.kind in SCALING), None)
+    op = next((o for o in st.operations(name) if o.id == operation_id and o.kind in LISTED), None)
     if op is None:
         raise NotFound(f"no operation '{operation_id}' in cluster '{name}'", "ListClusterOperations lists them")
     out = _summary(c.arn, op)
+    if op.kind == HEALTH_CHECK:
+        out["DeepHealthCheckDetails"] = (op.details or {}).get("Configurations", [])
+        return out
     details = []
     for g, counts in (op.scaling or {g: {} for g in op.groups}).items():
         details.append({"InstanceGroupName": g, "Status": out["Status"], **counts})

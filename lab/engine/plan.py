@@ -29,6 +29,12 @@ from lab.capacity import short_of
 from lab.providers.base import DISK_FULL
 from lab.store.db import ClusterRow, GroupRow, NodeRow
 
+# A deep health check's marks on a running node (nodes.pending): asked for (StartClusterHealthCheck),
+# then under way (the engine's healthcheck task). Both show InstanceStatus DeepHealthCheckInProgress;
+# the node stays `running` (a member of its group) throughout.
+HEALTH_ASKED, HEALTH_CHECKING = "healthcheck", "checking"
+HEALTH_MARKS = frozenset({HEALTH_ASKED, HEALTH_CHECKING})
+
 PENDING = {"planned", "launching", "booted", "configuring", "configured", "joining", "rebooting"}
 VM_UP_PHASES = {"booted", "configuring", "configured", "joining", "running"}
 LEGACY_ATTEMPTS = 3
@@ -53,7 +59,9 @@ JOIN_COMING_PHASES = frozenset({"booted", "configuring"})
 LAUNCH_PRIORITY = {"Controller": 0, "Login": 1, "Compute": 2}
 
 
-def node_status(phase: str) -> str:
+def node_status(phase: str, pending: str | None = None) -> str:
+    if phase == "running" and pending in HEALTH_MARKS:
+        return "DeepHealthCheckInProgress"
     if phase in PENDING:
         return "Pending"
     return {"running": "Running", "failed": "Failure", "lost": "Failure", "removing": "ShuttingDown",
@@ -63,7 +71,7 @@ def node_status(phase: str) -> str:
 @dataclass(frozen=True)
 class Action:
     # create_node | launch | short | configure | join | leave | lost | keep_lost | remove | orphan | reboot
-    # | replace | drop_group | rollback | rollback_cluster | delete_cluster
+    # | replace | healthcheck | drop_group | rollback | rollback_cluster | delete_cluster
     # A join's reason says which rule let it go: resume | alone | quiet | max_wait (see join_wait()).
     kind: str
     node: str | None = None
@@ -138,7 +146,8 @@ def join_wait(batch: list[NodeRow], others_coming: bool, now: float,
 def group_settled(g: GroupRow, members: list[NodeRow]) -> bool:
     if g.status == "Deleting":
         return not members
-    return (len(members) == g.target_count and not any(leaving(n) or n.pending for n in members)
+    return (len(members) == g.target_count  # a health check does not unsettle a group: its nodes stay members
+            and not any(leaving(n) or (n.pending and n.pending not in HEALTH_MARKS) for n in members)
             and all(n.phase == "running" for n in members))
 
 
@@ -253,6 +262,7 @@ def plan(
     # defined. Legacy: every VM launches at once. Compute nodes configure as soon as they are up (the
     # playbook needs only the node); login nodes wait for the controller (sackd needs slurmctld).
     batch: list[NodeRow] = []
+    checks: list[str] = []  # running nodes a deep health check waits for (one task per cluster at a time)
     others_coming = False  # a compute node on its way to `configured` (for the join window)
     booting = sum(1 for n in nodes if n.phase == "launching")  # VMs coming up now (boot slots)
     to_launch: list[tuple[tuple, NodeRow, GroupRow, bool]] = []  # new launches, placed after the loop
@@ -282,6 +292,9 @@ def plan(
         if n.phase in VM_UP_PHASES and state != "running":
             kind = "lost" if recovery == "Automatic" else "keep_lost"
             p.actions.append(Action(kind, node=n.name, group=n.grp, reason=state or "missing"))
+            continue
+        if n.pending in HEALTH_MARKS and n.phase == "running":
+            checks.append(n.name)
             continue
         order = (LAUNCH_PRIORITY.get(g.node_type, 3), n.ordinal, n.name)
         if n.phase == "planned":
@@ -317,6 +330,8 @@ def plan(
         p.actions.append(a)
         if a.kind == "launch" and free is not None:
             free -= 1
+    if checks and "healthcheck" not in busy:
+        p.actions.append(Action("healthcheck", batch=tuple(sorted(checks))))
     # One join for every configured compute node (one reconfigure), once the controller runs, no other
     # slurm.conf change is in flight, and the batching window lets it go.
     if batch and "join" not in busy and not leave_batch and controller_ready:

@@ -96,7 +96,7 @@ def describe(st: Store, name: str) -> dict:
 
 # ------------------------------------------------------------------------------------ nodes
 def _status(c: ClusterRow, n: NodeRow) -> dict:
-    status = {"Status": node_status(n.phase)}
+    status = {"Status": node_status(n.phase, n.pending)}
     if n.message:
         status["Message"] = n.message
     elif c.provider == "sim":

@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from lab.capacity import health_faults
 from lab.configure.base import Configurer
 from lab.providers.base import LaunchError, MachineSpec, Observed, Provider, mac_for
 from lab.workspace import ClusterDir
@@ -278,8 +279,9 @@ class SimConfigurer(Configurer):
     simulated = True
 
     def __init__(self, configure_time: float = 0.5, join_time: float = 0.3, leave_time: float = 0.2, *,
-                 sleep: Callable[[float], Awaitable[None]] | None = None):
+                 health_time: float = 1.0, sleep: Callable[[float], Awaitable[None]] | None = None):
         self.configure_time = configure_time
+        self.health_time = health_time
         self.join_time = join_time
         self.leave_time = leave_time
         self.sleep = sleep or asyncio.sleep
@@ -299,6 +301,16 @@ class SimConfigurer(Configurer):
     async def leave_async(self, ctx, names: list[str]) -> None:
         self.calls.append(("leave", tuple(names)))
         await self.sleep(self.leave_time)
+
+    async def health_check_async(self, ctx, targets: dict[str, list[str]], op_id: str, faults: dict) -> dict:
+        self.calls.append(("health_check", tuple(targets)))
+        await self.sleep(self.health_time)
+        return health_faults(faults, op_id, targets)
+
+    def health_check(self, ctx, targets: dict[str, list[str]], op_id: str, faults: dict) -> dict:
+        self.calls.append(("health_check", tuple(targets)))
+        time.sleep(self.health_time)
+        return health_faults(faults, op_id, targets)
 
     def configure(self, ctx, node: str, node_type: str) -> None:
         self.calls.append(("configure", node, node_type))

@@ -28,6 +28,7 @@ OPERATIONS: tuple[str, ...] = (
     "DescribeClusterEvent",
     "ListClusterOperations",
     "DescribeClusterOperation",
+    "StartClusterHealthCheck",
 )
 
 

@@ -80,12 +80,15 @@ class Store:
                 db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, json.dumps(value)))
 
     def faults(self) -> dict:
-        """Injected faults: {"seed": int, "launch_failure_rate": float}, or {} (none)."""
+        """Injected faults: {"seed": int, "launch_failure_rate": float, "health_check_failure_rate":
+        float}, or {} (none)."""
         return self.meta("faults", {}) or {}
 
-    def set_faults(self, seed: int | None, launch_failure_rate: float) -> None:
-        self.set_meta("faults", {"seed": seed or 0, "launch_failure_rate": float(launch_failure_rate)}
-                      if launch_failure_rate else None)
+    def set_faults(self, seed: int | None, launch_failure_rate: float, health_check_failure_rate: float = 0.0) -> None:
+        rates = {"launch_failure_rate": float(launch_failure_rate),
+                 "health_check_failure_rate": float(health_check_failure_rate)}
+        rates = {k: v for k, v in rates.items() if v}
+        self.set_meta("faults", {"seed": seed or 0, **rates} if rates else None)
 
     # ---------------------------------------------------------------- clusters
     def add_cluster(self, c: ClusterRow, groups: list[GroupRow]) -> None:

@@ -89,9 +89,11 @@ class OperationRow:
     undo: dict | None = field(default=None)
     # group -> {"Original": {CurrentCount, TargetCount, MinCount?}, "Desired": {TargetCount, MinCount?}}
     scaling: dict | None = field(default=None)
+    # a deep health check: {"Configurations": [...the request's...], "Checks": {node: [check, ...]}}
+    details: dict | None = field(default=None)
 
 
-JSON_COLUMNS = {"spec", "partitions", "groups", "nodes", "undo", "scaling"}
+JSON_COLUMNS = {"spec", "partitions", "groups", "nodes", "undo", "scaling", "details"}
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
 

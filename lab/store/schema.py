@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -62,6 +62,8 @@ ADDED_COLUMNS = [
     ("clusters", "unobserved_reason", "TEXT"),
     # schema 5: a scaling operation's groups before and after (DescribeClusterOperation's ScalingDetails)
     ("operations", "scaling", "TEXT"),
+    # schema 6: a deep health check's configurations (DescribeClusterOperation's DeepHealthCheckDetails)
+    ("operations", "details", "TEXT"),
 ]
 
 

@@ -9,7 +9,8 @@ idle, `srun -N2 hostname` covers them; a student submits from the login node and
 there (shared /home), sacct shows the job; a GPU job sees CUDA_VISIBLE_DEVICES=0 and a job asking
 for more GPUs than a node has is refused; a job over its --mem ends OUT_OF_MEMORY. A second Ansible
 run changes nothing, `slurmlab verify` passes and then names the check that fails when a node's
-slurmd is stopped, a scale-out adds a third node and a scale-in removes it while the rest keep
+slurmd is stopped, a deep health check (StartClusterHealthCheck) finds that node and reboots it back
+into Slurm, a scale-out adds a third node and a scale-in removes it while the rest keep
 working, and delete leaves nothing in libvirt.
 """
 
@@ -285,26 +286,64 @@ def test_verify_passes_on_the_cluster(tmp_path):
 
 
 def test_verify_names_a_stopped_slurmd(tmp_path):
+    """slurmd stays stopped on compute-2: the next test's deep health check must find it."""
     node = f"{NAME}-compute-2"
     on(node, "sudo systemctl stop slurmd")
+    junit = tmp_path / "verify.xml"
+    p = sl("verify", NAME, "--junit", str(junit), check=False, timeout=1200)
+    _keep("verify-slurmd-stopped.txt", p)
+    _, failed = _junit(junit)
+    assert p.returncode == 1, p.stdout[-4000:]
+    assert f"test_slurmd_active_on_compute[{node}]" in failed
+    assert "FAILED" in p.stdout and f"test_slurmd_active_on_compute[{node}]" in p.stdout
+    # the healthy compute node's check passed: the failure is pinned on the stopped one
+    assert f"test_slurmd_active_on_compute[{NAME}-compute-1]" not in failed
+
+
+def _operation(op: str) -> dict:
+    return json.loads(sl("describe-cluster-operation", NAME, op, "--output", "json").stdout)
+
+
+def test_health_check_finds_the_stopped_slurmd_and_brings_the_node_back():
+    """Issue 12: StartClusterHealthCheck on the compute group (InstanceStress and InstanceConnectivity,
+    real checks inside the VMs and an srun across them in a maintenance reservation) finds compute-2's
+    stopped slurmd, reboots the node (NodeRecovery Automatic), and it rejoins Slurm under the same
+    instance id; compute-1 passes."""
+    node, healthy = f"{NAME}-compute-2", f"{NAME}-compute-1"
+    iid = nodes()[node]["InstanceId"]
     try:
-        junit = tmp_path / "verify.xml"
-        p = sl("verify", NAME, "--junit", str(junit), check=False, timeout=1200)
-        _keep("verify-slurmd-stopped.txt", p)
-        _, failed = _junit(junit)
-        assert p.returncode == 1, p.stdout[-4000:]
-        assert f"test_slurmd_active_on_compute[{node}]" in failed
-        assert f"FAILED" in p.stdout and f"test_slurmd_active_on_compute[{node}]" in p.stdout
-        # the healthy compute node's check passed: the failure is pinned on the stopped one
-        assert f"test_slurmd_active_on_compute[{NAME}-compute-1]" not in failed
+        assert on(node, "systemctl is-active slurmd || true").strip() != "active", "slurmd should be stopped"
+        started = sl("start-cluster-health-check", NAME, "compute", "--check", "InstanceStress",
+                     "--check", "InstanceConnectivity", "--output", "json")
+        op = json.loads(started.stdout)["OperationId"]
+        assert nodes()[node]["InstanceStatus"]["Status"] == "DeepHealthCheckInProgress"
+        deadline = time.monotonic() + 1500
+        while _operation(op)["Status"] != "Done" and time.monotonic() < deadline:
+            time.sleep(10)
+        d = _operation(op)
+        assert d["Status"] == "Done" and d["Type"] == "DeepHealthCheck", d
+        events = [e["Description"] for e in json.loads(sl("list-cluster-events", NAME, "--output", "json").stdout)["Events"]
+                  if e.get("OperationId") == op]
+        _keep("health-check-events.txt", subprocess.CompletedProcess([], 0, "\n".join(events), ""))
+        failed = [e for e in events if e.startswith(f"{node}: deep health check failed")]
+        assert failed and "slurmd is" in failed[0] and "rebooting it (NodeRecovery Automatic)" in failed[0], events
+        assert f"{healthy}: passed the deep health check (InstanceStress, InstanceConnectivity)" in events, events
+        assert f"{node}: rebooted" in events, events
+        after = nodes()[node]
+        assert after["InstanceId"] == iid and after["InstanceStatus"]["Status"] == "Running", after
+        assert on(node, "systemctl is-active slurmd").strip() == "active"
+        assert "slurmlab-healthcheck" not in on("controller", "scontrol show reservation"), "reservation left behind"
     finally:
-        on(node, "sudo systemctl start slurmd")
+        if on(node, "systemctl is-active slurmd || true").strip() != "active":
+            on(node, "sudo systemctl start slurmd")
         # ReturnToService=2: the node comes back when its slurmd registers again
         deadline = time.monotonic() + 300
         while on("login", f"sinfo -h -N -n {node} -o %T").strip() != "idle" and time.monotonic() < deadline:
             on("controller", f"sudo scontrol update nodename={node} state=resume 2>/dev/null || true")
             time.sleep(5)
     assert on("login", f"sinfo -h -N -n {node} -o %T").strip() == "idle"
+    hosts = [h.split(".")[0] for h in on("login", f"timeout 120 srun --immediate=60 -p dev -N2 -w {healthy},{node} hostname").split()]
+    assert sorted(hosts) == sorted([healthy, node]), hosts
 
 
 def _tracebacks_in_engine_log() -> int:
