@@ -18,7 +18,7 @@ from lab.api import model
 from lab.api.common import REGION, Lab, cluster_name, lab_error, not_found, spec_error
 from lab.api.model import ApiError
 from lab.api.paging import between, paged
-from lab.engine import clusters, health
+from lab.engine import clusters, health, moves
 from lab.engine.operations import describe_operation, list_operations
 from lab.errors import LabError, NotFound
 from lab.spec.problems import Problem, SpecInvalid
@@ -180,19 +180,10 @@ def _id_lists(body: dict) -> tuple[list[str], list[str]]:
 
 def batch_add_cluster_nodes(lab: Lab, body: dict) -> dict:
     name = cluster_name(lab, body["ClusterName"])
-    token = body.get("ClientToken")
-    fingerprint = hashlib.sha256(json.dumps([name, body.get("NodesToAdd")], sort_keys=True).encode()).hexdigest()
-    if token:
-        with lab.tokens_lock:
-            now = time.time()
-            for k in [k for k, (t, _, _) in lab.tokens.items() if now - t > CLIENT_TOKEN_TTL]:
-                del lab.tokens[k]
-            seen = lab.tokens.get(token)
-        if seen:
-            if seen[1] != fingerprint:
-                raise ApiError("ValidationException", "ClientToken: already used with other parameters "
-                               "(a token names one request; use a new token for a new request)")
-            return _refresh_added(lab, name, seen[2])
+    token, fingerprint = body.get("ClientToken"), _fingerprint(name, body.get("NodesToAdd"))
+    seen = _token_seen(lab, token, fingerprint)
+    if seen is not None:
+        return _refresh_added(lab, name, seen)
     seen_names: set[str] = set()
     for i, spec in enumerate(body["NodesToAdd"]):
         g = spec["InstanceGroupName"]
@@ -203,10 +194,34 @@ def batch_add_cluster_nodes(lab: Lab, body: dict) -> dict:
     result = clusters.add_nodes(lab.store, name, body["NodesToAdd"])
     lab.engine()
     result = {"Successful": list(result.get("Successful", [])), "Failed": list(result.get("Failed", []))}
+    _token_keep(lab, token, fingerprint, result)
+    return result
+
+
+def _fingerprint(*request) -> str:
+    return hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()
+
+
+def _token_seen(lab: Lab, token: str | None, fingerprint: str) -> dict | None:
+    """The answer a ClientToken already got (8 hours), None if new; the same token with other
+    parameters is a ValidationException."""
+    if not token:
+        return None
+    with lab.tokens_lock:
+        now = time.time()
+        for k in [k for k, (t, _, _) in lab.tokens.items() if now - t > CLIENT_TOKEN_TTL]:
+            del lab.tokens[k]
+        seen = lab.tokens.get(token)
+    if seen and seen[1] != fingerprint:
+        raise ApiError("ValidationException", "ClientToken: already used with other parameters "
+                       "(a token names one request; use a new token for a new request)")
+    return seen[2] if seen else None
+
+
+def _token_keep(lab: Lab, token: str | None, fingerprint: str, result: dict) -> None:
     if token:
         with lab.tokens_lock:
             lab.tokens[token] = (time.time(), fingerprint, result)
-    return result
 
 
 def _refresh_added(lab: Lab, name: str, result: dict) -> dict:
@@ -272,6 +287,22 @@ def list_cluster_operations(lab: Lab, body: dict) -> dict:
     return paged(items, body, "operations", "ClusterOperationSummaries")
 
 
+def move_cluster_nodes(lab: Lab, body: dict) -> dict:
+    """Within one cluster (lab/engine/moves.py); the answer's lists follow how the nodes were named."""
+    name = cluster_name(lab, body["SourceClusterArn"], "SourceClusterArn")
+    target = cluster_name(lab, body["TargetClusterArn"], "TargetClusterArn")
+    token, fingerprint = body.get("ClientToken"), _fingerprint({k: v for k, v in body.items() if k != "ClientToken"})
+    seen = _token_seen(lab, token, fingerprint)
+    if seen is not None:
+        return seen
+    result = moves.move_nodes(lab.store, name, body["SourceInstanceGroupName"], body["TargetInstanceGroupName"],
+                              target_cluster=target, node_ids=body.get("NodeIds") or [],
+                              logical_ids=body.get("NodeLogicalIds") or [], count=body.get("InstanceCount"))
+    lab.engine()
+    _token_keep(lab, token, fingerprint, result)
+    return result
+
+
 def start_cluster_health_check(lab: Lab, body: dict) -> dict:
     """The engine checks the request whole (lab/engine/health.py) and changes nothing on a bad one."""
     name = cluster_name(lab, body["ClusterName"])
@@ -305,6 +336,7 @@ HANDLERS: dict[str, Callable[[Lab, dict], dict]] = {
     "ListClusterOperations": list_cluster_operations,
     "DescribeClusterOperation": describe_cluster_operation,
     "StartClusterHealthCheck": start_cluster_health_check,
+    "MoveClusterNodes": move_cluster_nodes,
 }
 assert set(HANDLERS) == set(model.OPERATIONS)
 

@@ -259,6 +259,25 @@ app.command("batch-replace-cluster-nodes", help="Replace these nodes with fresh 
     _node_op("replacing", "replace_nodes"))
 
 
+@app.command("move-cluster-nodes")
+def move_cluster_nodes(
+    name: str,
+    source: str = typer.Argument(..., help="the instance group the nodes leave"),
+    target: str = typer.Argument(..., help="the instance group they join (same node type and instance type)"),
+    nodes: list[str] = typer.Argument(None, help="node names (NodeLogicalId) or instance ids"),
+    count: int = typer.Option(0, "--count", min=0, help="or: how many nodes of SOURCE to move (InstanceCount)"),
+    output: Output = OutputOpt,
+) -> None:
+    """Move Running nodes to another instance group (HyperPod's MoveClusterNodes): each keeps its VM,
+    leaves Slurm, and joins again with the new group's partitions and lifecycle script."""
+    from lab.engine import moves
+
+    ids = [x for x in nodes or [] if x.startswith("i-")]
+    r = moves.move_nodes(store(), name, source, target, node_ids=ids, logical_ids=[x for x in nodes or [] if x not in ids],
+                         count=count or None, start_engine=True)
+    _batch_result("moving", r, output)
+
+
 @app.command("ssh", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def ssh(ctx: typer.Context, name: str, node: str = typer.Argument(..., help="node name, or a group name for its first node")) -> None:
     """Open a shell on a node (or run the command given after --), with the cluster's own key."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 from lab.capacity import launch_fault
 from lab.configure.base import warnings_of
 from lab.engine.bookkeeping import HEALTH_CHECK, health_outcome
-from lab.engine.plan import HEALTH_CHECKING, HEALTH_MARKS, NO_RETRY, Action, node_recovery
+from lab.engine.plan import HEALTH_CHECKING, HEALTH_MARKS, MOVE_ATTACH, NO_RETRY, Action, node_recovery
 from lab.providers.base import LaunchError
 from lab.store.db import ClusterRow, NodeRow
 
@@ -88,8 +88,12 @@ class Actions:
         self.stats["joined_nodes"] += len(a.batch)
         batch = await self._slurm_batch(cluster, a, ctx, {"phase": "joining", "message": "joining Slurm"},
                                         {"phase": "running", "joined_at": NOW, "message": "", "attempts": 0}, "join")
+        rows = [r for r in (self.store.node(cluster, n) for n in batch) if r is not None]
+        for r in rows:
+            if r.pending == MOVE_ATTACH:  # a moved node's attach ends with its join
+                self.store.update_node(cluster, r.name, pending=None)
         shown = ", ".join(batch[:20]) + (f" and {len(batch) - 20} more" if len(batch) > 20 else "")
-        groups = {n.rsplit("-", 1)[0][len(cluster) + 1:] for n in batch}
+        groups = {r.grp for r in rows}
         one = next(iter(groups)) if len(groups) == 1 else None
         self.store.add_event(cluster, "InstanceGroup", "Info",
                              f"{len(batch)} node(s) joined Slurm with one reconfigure: {shown}",
@@ -102,6 +106,17 @@ class Actions:
                                         {"joined_at": None, "message": "out of Slurm; removing the VM"}, "leave")
         self.store.add_event(cluster, "InstanceGroup", "Info",
                              f"{len(batch)} node(s) drained and removed from slurm.conf: {', '.join(batch[:20])}")
+
+    async def _do_detach(self, cluster: str, a: Action, ctx=None) -> None:
+        """MoveClusterNodes, first half: the batch leaves Slurm (drain, jobs end, slurmd stops, out of
+        slurm.conf, one reconfigure); each VM stays and is configured again for its new group."""
+        batch = await self._slurm_batch(cluster, a, ctx, {"message": "DetachInProgress: draining (Slurm)"},
+                                        {"phase": "booted", "pending": MOVE_ATTACH, "joined_at": None,
+                                         "configured_at": None, "message": "AttachInProgress: configuring for its new group"},
+                                        "leave")
+        self.store.add_event(cluster, "InstanceGroup", "Info", f"{len(batch)} node(s) detached from Slurm to move "
+                             f"(drained, out of slurm.conf): {', '.join(batch[:20])}",
+                             operation_id=self._op_of(cluster, batch[0]))
 
     def _type_of(self, cluster: str, n: NodeRow) -> str | None:
         g = self._snap[cluster][2].get(n.grp)
@@ -251,5 +266,5 @@ class Actions:
 ACTIONS = {"launch": Actions._do_launch, "configure": Actions._do_configure, "join": Actions._do_join,
            "leave": Actions._do_leave, "remove": Actions._do_remove, "orphan": Actions._do_orphan,
            "lost": Actions._do_lost, "reboot": Actions._do_reboot, "replace": Actions._do_replace,
-           "healthcheck": Actions._do_healthcheck,
+           "healthcheck": Actions._do_healthcheck, "detach": Actions._do_detach,
            "rollback_cluster": Actions._do_rollback_cluster, "delete_cluster": Actions._do_delete_cluster}

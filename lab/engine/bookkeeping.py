@@ -48,6 +48,13 @@ def health_outcome(failures: list[str], recovery: str) -> str:
     return "replace" if any(f.startswith(HARDWARE) for f in failures) else "reboot"
 
 
+def _after_new_instance(pending: str | None) -> dict:
+    """A fresh instance has nothing to health-check, and a moving node's new VM only attaches."""
+    if pending in planner.HEALTH_MARKS:
+        return {"pending": None}
+    return {"pending": planner.MOVE_ATTACH} if pending == planner.MOVE_DETACH else {}
+
+
 def _no_health_mark(cluster: str, node: str, store) -> dict:
     """{"pending": None} when the node waits for a deep health check (a lost VM has nothing to check)."""
     n = store.node(cluster, node)
@@ -229,7 +236,7 @@ class Bookkeeping:
         gen = n.generation + 1
         self.store.update_node(cluster, n.name, phase="planned", booted_at=None, configured_at=None, attempts=0,
                                retry_at=0, generation=gen, instance_id=instance_id(cluster, n.name, prov.id_prefix, gen),
-                               message=message, **({"pending": None} if n.pending in planner.HEALTH_MARKS else {}))
+                               message=message, **_after_new_instance(n.pending))
 
     async def _prepare(self, c: ClusterRow, prov: Provider, gmap: dict[str, GroupRow], nodes: list[NodeRow]) -> None:
         box = (c.spec.get("Lab") or {}).get("Box")

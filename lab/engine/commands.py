@@ -252,8 +252,10 @@ def add_nodes(st: Store, name: str, groups: list[dict], *, start_engine: bool = 
         _check_open(c, "BatchAddClusterNodes")
         gmap = {g.name: g for g in st.groups(name)}
         taken: dict[str, set[int]] = {}
+        names = set()  # a node moved to another group keeps its name: no new node takes it
         for n in st.nodes(name):
             taken.setdefault(n.grp, set()).add(n.ordinal)
+            names.add(n.name)
         targets = {}
         for item in groups:
             gname = item.get("InstanceGroupName")
@@ -287,7 +289,7 @@ def add_nodes(st: Store, name: str, groups: list[dict], *, start_engine: bool = 
             have = taken.setdefault(gname, set())
             o = 1
             for _ in range(inc):
-                while o in have:
+                while o in have or f"{name}-{gname}-{o}" in names:
                     o += 1
                 have.add(o)
                 node = f"{name}-{gname}-{o}"

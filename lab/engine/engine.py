@@ -41,7 +41,7 @@ SYNC_ACTIONS = {"create_node", "short", "rollback", "drop_group", "keep_lost"}
 
 
 def _task_key(a: Action) -> str:
-    if a.kind in ("join", "leave"):
+    if a.kind in ("join", "leave", "detach"):
         return "join"  # one slurm.conf change at a time per cluster
     if a.kind == "delete_cluster":
         return "delete"
@@ -222,7 +222,7 @@ class Engine(Bookkeeping, Actions):
                 continue
             if a.kind in ("delete_cluster", "rollback_cluster"):
                 await self._cancel(name, keep=key)
-            if a.kind in ("configure", "join", "leave", "healthcheck") and ctx is None:
+            if a.kind in ("configure", "join", "leave", "detach", "healthcheck") and ctx is None:
                 ctx = self._context_from(c, groups, nodes)
             self.tasks[(name, key)] = asyncio.create_task(self._guard(name, a, ctx), name=f"{name}:{a.kind}:{key}")
 

@@ -34,6 +34,9 @@ from lab.store.db import ClusterRow, GroupRow, NodeRow
 # the node stays `running` (a member of its group) throughout.
 HEALTH_ASKED, HEALTH_CHECKING = "healthcheck", "checking"
 HEALTH_MARKS = frozenset({HEALTH_ASKED, HEALTH_CHECKING})
+# MoveClusterNodes (lab/engine/moves.py): the node, already in its new group, leaves Slurm (detach), then
+# is configured and joins again as a member of that group (attach).
+MOVE_DETACH, MOVE_ATTACH = "detach", "attach"
 
 PENDING = {"planned", "launching", "booted", "configuring", "configured", "joining", "rebooting"}
 VM_UP_PHASES = {"booted", "configuring", "configured", "joining", "running"}
@@ -62,6 +65,8 @@ LAUNCH_PRIORITY = {"Controller": 0, "Login": 1, "Compute": 2}
 def node_status(phase: str, pending: str | None = None) -> str:
     if phase == "running" and pending in HEALTH_MARKS:
         return "DeepHealthCheckInProgress"
+    if pending == MOVE_DETACH or (pending == MOVE_ATTACH and phase not in ("failed", "lost")):
+        return "DetachInProgress" if pending == MOVE_DETACH else "AttachInProgress"
     if phase in PENDING:
         return "Pending"
     return {"running": "Running", "failed": "Failure", "lost": "Failure", "removing": "ShuttingDown",
@@ -71,7 +76,7 @@ def node_status(phase: str, pending: str | None = None) -> str:
 @dataclass(frozen=True)
 class Action:
     # create_node | launch | short | configure | join | leave | lost | keep_lost | remove | orphan | reboot
-    # | replace | healthcheck | drop_group | rollback | rollback_cluster | delete_cluster
+    # | replace | healthcheck | detach | drop_group | rollback | rollback_cluster | delete_cluster
     # A join's reason says which rule let it go: resume | alone | quiet | max_wait (see join_wait()).
     kind: str
     node: str | None = None
@@ -112,12 +117,13 @@ def leaving(n: NodeRow) -> bool:
     return n.phase == "removing" or n.pending == "delete"
 
 
-def free_ordinals(members: list[NodeRow], k: int) -> list[int]:
-    """The k lowest ordinals (from 1) no node of the group holds."""
+def free_ordinals(members: list[NodeRow], k: int, names: set[str] = frozenset(), prefix: str = "") -> list[int]:
+    """The k lowest ordinals (from 1) no node of the group holds and whose name (`prefix` + ordinal)
+    no node of the cluster has (a node moved to another group keeps its name)."""
     taken = {n.ordinal for n in members}
     out, o = [], 1
     while len(out) < k:
-        if o not in taken:
+        if o not in taken and f"{prefix}{o}" not in names:
             out.append(o)
         o += 1
     return out
@@ -220,7 +226,7 @@ def plan(
         active = [n for n in members if not leaving(n)]
         target = 0 if g.status == "Deleting" else g.target_count
         if len(active) < target:
-            for o in free_ordinals(members, target - len(active)):
+            for o in free_ordinals(members, target - len(active), names, f"{cluster.name}-{g.name}-"):
                 p.actions.append(Action("create_node", group=g.name, ordinal=o))
         elif len(active) > target:
             for n in sorted(active, key=lambda n: (n.phase == "running", -n.ordinal))[: len(active) - target]:
@@ -263,6 +269,7 @@ def plan(
     # playbook needs only the node); login nodes wait for the controller (sackd needs slurmctld).
     batch: list[NodeRow] = []
     checks: list[str] = []  # running nodes a deep health check waits for (one task per cluster at a time)
+    detach: list[str] = []  # running nodes moving to another group: out of Slurm first
     others_coming = False  # a compute node on its way to `configured` (for the join window)
     booting = sum(1 for n in nodes if n.phase == "launching")  # VMs coming up now (boot slots)
     to_launch: list[tuple[tuple, NodeRow, GroupRow, bool]] = []  # new launches, placed after the loop
@@ -295,6 +302,9 @@ def plan(
             continue
         if n.pending in HEALTH_MARKS and n.phase == "running":
             checks.append(n.name)
+            continue
+        if n.pending == MOVE_DETACH and n.phase == "running":
+            detach.append(n.name)
             continue
         order = (LAUNCH_PRIORITY.get(g.node_type, 3), n.ordinal, n.name)
         if n.phase == "planned":
@@ -332,9 +342,12 @@ def plan(
             free -= 1
     if checks and "healthcheck" not in busy:
         p.actions.append(Action("healthcheck", batch=tuple(sorted(checks))))
+    # Moving nodes leave Slurm in one batch (like a leave, but the VM stays); a join waits for it.
+    if detach and "join" not in busy and not leave_batch:
+        p.actions.append(Action("detach", batch=tuple(sorted(detach))))
     # One join for every configured compute node (one reconfigure), once the controller runs, no other
     # slurm.conf change is in flight, and the batching window lets it go.
-    if batch and "join" not in busy and not leave_batch and controller_ready:
+    if batch and "join" not in busy and not leave_batch and not detach and controller_ready:
         wait, why = join_wait(batch, others_coming, now, join_quiet_s, join_max_wait_s)
         if wait <= 0:
             p.actions.append(Action("join", batch=tuple(sorted(n.name for n in batch)), reason=why))

@@ -29,6 +29,7 @@ OPERATIONS: tuple[str, ...] = (
     "ListClusterOperations",
     "DescribeClusterOperation",
     "StartClusterHealthCheck",
+    "MoveClusterNodes",
 )
 
 
