@@ -10,7 +10,7 @@ there (shared /home), sacct shows the job; a GPU job sees CUDA_VISIBLE_DEVICES=0
 for more GPUs than a node has is refused; a job over its --mem ends OUT_OF_MEMORY. A second Ansible
 run changes nothing, `slurmlab verify` passes and then names the check that fails when a node's
 slurmd is stopped, a deep health check (StartClusterHealthCheck) finds that node and reboots it back
-into Slurm, a scale-out adds a third node and a scale-in removes it while the rest keep
+into Slurm, a scale-out (the new node then moves to a new group with MoveClusterNodes) adds a third node and a scale-in removes it while the rest keep
 working, and delete leaves nothing in libvirt.
 """
 
@@ -438,6 +438,7 @@ def test_scale_out_then_in():
     assert student("hostname > ~/late-joiner.txt; cat ~/late-joiner.txt", node=new).strip() == new
     assert on(new, "id -u user03").strip() == on("login", "id -u user03").strip()
 
+    _move_to_a_new_group(new)
     assert new in sl("batch-delete-cluster-nodes", NAME, new).stdout
     d = json.loads(sl("describe-cluster", NAME, "--wait-for", "FullSize", "--timeout", "600", "--output", "json").stdout)
     compute = next(g for g in d["InstanceGroups"] if g["InstanceGroupName"] == "compute")
@@ -451,6 +452,37 @@ def test_scale_out_then_in():
         conn.close()
     assert on("login", "sinfo -h -N -p dev -o '%N'").split() == [f"{NAME}-compute-1", f"{NAME}-compute-2"]
     assert sorted(on("login", "srun -p dev -N2 hostname").split()) == [f"{NAME}-compute-1", f"{NAME}-compute-2"]
+
+
+def _move_to_a_new_group(node: str) -> None:
+    """Issue 12, MoveClusterNodes: a group `spare` (ml.c5.large, partition spare, no node) is added by
+    UpdateCluster; `node` moves there: same VM (InstanceId, address, uptime), out of partition dev and
+    into spare, and no other node's slurmd restarts."""
+    from lab.engine import clusters, daemon
+
+    st = daemon.store()
+    compute = next(g for g in st.cluster(NAME).spec["InstanceGroups"] if g["InstanceGroupName"] == "compute")
+    clusters.update(st, NAME, {"InstanceGroups": [{**compute, "InstanceGroupName": "spare", "InstanceCount": 0,
+                                                   "SlurmConfig": {"NodeType": "Compute", "PartitionNames": ["spare"]}}]})
+    sl("describe-cluster", NAME, "--wait-for", "FullSize", "--timeout", "600")
+    before = nodes()[node]
+    boot_id = on(node, "cat /proc/sys/kernel/random/boot_id").strip()
+    slurmd = {n: on(n, "systemctl show -p ExecMainPID --value slurmd").strip() for n in (f"{NAME}-compute-1", f"{NAME}-compute-2")}
+    assert node in sl("move-cluster-nodes", NAME, "compute", "spare", node).stdout
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline and not (nodes()[node]["InstanceGroupName"] == "spare" and
+                                               nodes()[node]["InstanceStatus"]["Status"] == "Running"):
+        time.sleep(5)
+    after = nodes()[node]
+    assert after["InstanceStatus"]["Status"] == "Running" and after["InstanceGroupName"] == "spare", after
+    assert (after["InstanceId"], after["PrivatePrimaryIp"]) == (before["InstanceId"], before["PrivatePrimaryIp"])
+    assert on(node, "cat /proc/sys/kernel/random/boot_id").strip() == boot_id  # the same VM, never rebooted
+    assert on("login", f"sinfo -h -N -n {node} -o %P").split() == ["spare"]
+    assert on("login", f"timeout 120 srun --immediate=60 -p spare -w {node} hostname").strip().split(".")[0] == node
+    for n, pid in slurmd.items():
+        assert on(n, "systemctl show -p ExecMainPID --value slurmd").strip() == pid, f"slurmd restarted on {n}"
+    groups = {g["InstanceGroupName"]: (g["CurrentCount"], g["TargetCount"]) for g in describe()["InstanceGroups"]}
+    assert groups["compute"] == (2, 2) and groups["spare"] == (1, 1), groups
 
 
 def test_delete_leaves_nothing_in_libvirt():
