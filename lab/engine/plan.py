@@ -65,8 +65,10 @@ LAUNCH_PRIORITY = {"Controller": 0, "Login": 1, "Compute": 2}
 def node_status(phase: str, pending: str | None = None) -> str:
     if phase == "running" and pending in HEALTH_MARKS:
         return "DeepHealthCheckInProgress"
-    if pending == MOVE_DETACH or (pending == MOVE_ATTACH and phase not in ("failed", "lost")):
-        return "DetachInProgress" if pending == MOVE_DETACH else "AttachInProgress"
+    if pending == MOVE_DETACH and phase == "running":
+        return "DetachInProgress"
+    if pending == MOVE_ATTACH and phase not in ("failed", "lost"):
+        return "AttachInProgress"
     if phase in PENDING:
         return "Pending"
     return {"running": "Running", "failed": "Failure", "lost": "Failure", "removing": "ShuttingDown",

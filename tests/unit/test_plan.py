@@ -339,6 +339,25 @@ CASES = [
     Case("legacy create, not full -> not InService yet though controller and login run",
          {**CTL_UP, "login-1": "running", "compute-1": "running", "compute-2": "configuring"},
          {"status": {"cluster": None, "compute": "Creating"}}, mode=None, busy={"compute-2"}),
+    # ---- deep health checks and moves (issue 12)
+    Case("health check marks -> one healthcheck batch; the group stays InService",
+         {**CTL_UP, "login-1": "running", "compute-1": "running", "compute-2": "running"},
+         {"healthcheck": ["compute-1", "compute-2"], "status": {"compute": "InService"}}, status="InService",
+         in_service_at=1.0, group_status={"compute": "InService"},
+         extra={"compute-1": {"pending": "healthcheck"}, "compute-2": {"pending": "checking"}}),
+    Case("a health check task in flight -> no second one",
+         {**CTL_UP, "compute-1": "running"}, {"healthcheck": []}, status="InService", computes=1,
+         extra={"compute-1": {"pending": "healthcheck"}}, busy={"healthcheck"}),
+    Case("a marked node whose VM died -> lost, not checked",
+         {**CTL_UP, "compute-1": "running"}, {"healthcheck": [], "lost": ["compute-1"]}, status="InService",
+         computes=1, extra={"compute-1": {"pending": "checking"}}, observed={"compute-1": "shutoff"}),
+    Case("a moving node detaches; a configured node's join waits for it",
+         {**CTL_UP, "compute-1": "running", "compute-2": "configured"},
+         {"detach": ["compute-1"], "join": []}, status="InService",
+         extra={"compute-1": {"pending": "detach"}, "compute-2": configured(60)}),
+    Case("an attaching node joins like any configured node",
+         {**CTL_UP, "compute-1": "configured"}, {"join": [(("compute-1",), "alone")], "detach": []},
+         status="InService", computes=1, extra={"compute-1": {"pending": "attach", **configured(60)}}),
 ]
 
 
@@ -351,7 +370,7 @@ def run_case(c: Case) -> planner.Plan:
     observed = {n.name: "running" for n in nodes if n.phase in VM_UP_PHASES or (n.phase == "failed" and n.booted_at)}
     observed.update({f"demo-{k}": v for k, v in c.observed.items()})
     observed = {k: v for k, v in observed.items() if v is not None}  # None: no VM at all
-    busy = {b if b in ("join", "delete", "rollback") else f"demo-{b}" for b in c.busy}
+    busy = {b if b in ("join", "delete", "rollback", "healthcheck") else f"demo-{b}" for b in c.busy}
     kw = dict(c.kw)
     if "used" in kw:
         kw["used"] = Counter(kw["used"])  # plan() adds its launches to it: a fresh one per run
@@ -374,9 +393,9 @@ def label(a: planner.Action) -> str:
 def test_plan_rules(case: Case):
     p = run_case(case)
     for kind, want in case.expect.items():
-        if kind in ("join", "leave"):
+        if kind in ("join", "leave", "healthcheck", "detach"):
             got = [(tuple(short(x) for x in a.batch), a.reason) for a in p.actions if a.kind == kind]
-            if kind == "leave":
+            if kind != "join":
                 got = [x for b, _ in got for x in b]
             assert got == want, f"{kind}: {got} != {want}; all actions {p.actions}"
         elif kind == "status":
