@@ -32,6 +32,7 @@ class Lab:
     create_lock: threading.Lock = field(default_factory=threading.Lock)
     tokens: dict[str, tuple[float, str, dict]] = field(default_factory=dict)
     tokens_lock: threading.Lock = field(default_factory=threading.Lock)
+    resolve_image: Callable[[str | None], str] | None = None  # ImageId -> box (None: lab.box.images.resolve)
 
     def engine(self) -> None:
         if self.ensure_engine:

@@ -18,7 +18,7 @@ from lab.api import model
 from lab.api.common import REGION, Lab, cluster_name, lab_error, not_found, spec_error
 from lab.api.model import ApiError
 from lab.api.paging import between, paged
-from lab.engine import clusters, health, moves
+from lab.engine import clusters, health, moves, software
 from lab.engine.operations import describe_operation, list_operations
 from lab.errors import LabError, NotFound
 from lab.spec.problems import Problem, SpecInvalid
@@ -303,6 +303,16 @@ def move_cluster_nodes(lab: Lab, body: dict) -> dict:
     return result
 
 
+def update_cluster_software(lab: Lab, body: dict) -> dict:
+    """A rolling replacement with the box ImageId names (lab/engine/software.py, lab/engine/rolling.py)."""
+    name = cluster_name(lab, body["ClusterName"])
+    groups = [g["InstanceGroupName"] for g in body.get("InstanceGroups") or []]
+    software.update_software(lab.store, name, groups or None, body.get("DeploymentConfig"), body.get("ImageId"),
+                             resolve=lab.resolve_image)
+    lab.engine()
+    return {"ClusterArn": clusters.get(lab.store, name).arn}
+
+
 def start_cluster_health_check(lab: Lab, body: dict) -> dict:
     """The engine checks the request whole (lab/engine/health.py) and changes nothing on a bad one."""
     name = cluster_name(lab, body["ClusterName"])
@@ -337,6 +347,7 @@ HANDLERS: dict[str, Callable[[Lab, dict], dict]] = {
     "DescribeClusterOperation": describe_cluster_operation,
     "StartClusterHealthCheck": start_cluster_health_check,
     "MoveClusterNodes": move_cluster_nodes,
+    "UpdateClusterSoftware": update_cluster_software,
 }
 assert set(HANDLERS) == set(model.OPERATIONS)
 

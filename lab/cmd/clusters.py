@@ -278,6 +278,30 @@ def move_cluster_nodes(
     _batch_result("moving", r, output)
 
 
+@app.command("update-cluster-software")
+def update_cluster_software(
+    name: str,
+    groups: list[str] = typer.Option([], "--group", help="an instance group to update (repeat); default: all but the controller's"),
+    image_id: Optional[str] = typer.Option(None, "--image-id", help="the box's ImageId (slurmlab box list); default: the default box"),
+    batch: int = typer.Option(1, "--batch", min=1, help="nodes replaced at once (MaximumBatchSize INSTANCE_COUNT)"),
+    wait: int = typer.Option(0, "--wait", min=0, max=3600, help="seconds between batches (WaitIntervalInSeconds)"),
+    output: Output = OutputOpt,
+) -> None:
+    """Rolling software update (HyperPod's UpdateClusterSoftware): batch by batch, nodes are drained out of
+    Slurm (running jobs end first), replaced with the box, joined and health-checked; a failed check
+    rolls the batch back and stops."""
+    from lab.engine import software
+
+    deployment = {"RollingUpdatePolicy": {"MaximumBatchSize": {"Type": "INSTANCE_COUNT", "Value": batch}},
+                  "WaitIntervalInSeconds": wait}
+    op = software.update_software(store(), name, groups or None, deployment, image_id, start_engine=True)
+    if output == Output.json:
+        print_json({"OperationId": op})
+        return
+    out.print(f"software update {op} started (watch: slurmlab list-cluster-events {name}; "
+              f"slurmlab describe-cluster {name})", markup=False, highlight=False)
+
+
 @app.command("ssh", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def ssh(ctx: typer.Context, name: str, node: str = typer.Argument(..., help="node name, or a group name for its first node")) -> None:
     """Open a shell on a node (or run the command given after --), with the cluster's own key."""

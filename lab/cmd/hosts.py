@@ -105,13 +105,30 @@ def box_list(output: Output = OutputOpt) -> None:
     """List Vagrant's libvirt boxes and whether slurmlab built them from the current inputs."""
     from lab import box
 
+    from lab.box.images import image_id
+
     boxes = box.list_boxes()
+    ids = {b.name: image_id(b.name, b.inputs_hash) if b.slurmlab else None for b in boxes}
     if output == Output.json:
-        print_json([vars(b) for b in boxes])
+        print_json([{**vars(b), "image_id": ids[b.name]} for b in boxes])
     else:
         if not boxes:
             out.print("no boxes; run `slurmlab box build`")
         for b in boxes:
-            out.print(f"{b.name}  added={b.added}  inputs={b.inputs_hash[:12] if b.inputs_hash else '-'}  built={b.built_at or '-'}")
+            out.print(f"{b.name}  image={ids[b.name] or '-'}  added={b.added}  "
+                      f"inputs={b.inputs_hash[:12] if b.inputs_hash else '-'}  built={b.built_at or '-'}")
+
+
+@box_app.command("tag")
+def box_tag(name: str = typer.Argument(..., help="the new box name, e.g. slurmlab/trixie-slurm-next"),
+            output: Output = OutputOpt) -> None:
+    """Add the current box under another name too: a second image (UpdateClusterSoftware's ImageId)."""
+    from lab.box.images import tag
+
+    iid = tag(name, progress=box_progress)
+    if output == Output.json:
+        print_json({"name": name, "image_id": iid})
+    else:
+        out.print(f"box {name} added: ImageId {iid}")
 
 

@@ -8,7 +8,16 @@ from __future__ import annotations
 from lab.capacity import launch_fault
 from lab.configure.base import warnings_of
 from lab.engine.bookkeeping import HEALTH_CHECK, health_outcome
-from lab.engine.plan import HEALTH_CHECKING, HEALTH_MARKS, MOVE_ATTACH, NO_RETRY, Action, node_recovery
+from lab.engine.plan import (
+    HEALTH_CHECKING,
+    HEALTH_MARKS,
+    MOVE_ATTACH,
+    MOVE_DETACH,
+    NO_RETRY,
+    UPDATE_DRAIN,
+    Action,
+    node_recovery,
+)
 from lab.providers.base import LaunchError
 from lab.store.db import ClusterRow, NodeRow
 
@@ -108,14 +117,25 @@ class Actions:
                              f"{len(batch)} node(s) drained and removed from slurm.conf: {', '.join(batch[:20])}")
 
     async def _do_detach(self, cluster: str, a: Action, ctx=None) -> None:
-        """MoveClusterNodes, first half: the batch leaves Slurm (drain, jobs end, slurmd stops, out of
-        slurm.conf, one reconfigure); each VM stays and is configured again for its new group."""
-        batch = await self._slurm_batch(cluster, a, ctx, {"message": "DetachInProgress: draining (Slurm)"},
-                                        {"phase": "booted", "pending": MOVE_ATTACH, "joined_at": None,
-                                         "configured_at": None, "message": "AttachInProgress: configuring for its new group"},
-                                        "leave")
-        self.store.add_event(cluster, "InstanceGroup", "Info", f"{len(batch)} node(s) detached from Slurm to move "
-                             f"(drained, out of slurm.conf): {', '.join(batch[:20])}",
+        """The batch leaves Slurm (drain, jobs end, slurmd stops, out of slurm.conf, one reconfigure).
+        A moving node keeps its VM and is configured again for its new group (attach); a node under
+        UpdateClusterSoftware has its VM replaced with the new box (lab/engine/rolling.py)."""
+        marks = {x: (n.pending if (n := self.store.node(cluster, x)) else None) for x in a.batch}
+        targets = self._update_targets(cluster)
+        for x, mark in marks.items():
+            self.store.update_node(cluster, x, message="DetachInProgress: draining (Slurm)" if mark == MOVE_DETACH
+                                   else "SystemUpdating: draining (Slurm); running jobs end first")
+        batch = await self._slurm_batch(cluster, a, ctx, {"joined_at": None}, {"configured_at": None}, "leave")
+        for x in batch:
+            if marks.get(x) == UPDATE_DRAIN:
+                self.store.update_node(cluster, x, pending="replace", image=targets.get(x),
+                                       message=f"SystemUpdating: out of Slurm; its VM is replaced with box {targets.get(x)}")
+            else:
+                self.store.update_node(cluster, x, phase="booted", pending=MOVE_ATTACH,
+                                       message="AttachInProgress: configuring for its new group")
+        self._dirty.add(cluster)  # a new box for some: the Vagrantfile is written again before a launch
+        self.store.add_event(cluster, "InstanceGroup", "Info", f"{len(batch)} node(s) left Slurm (drained, out of "
+                             f"slurm.conf) to move or to be updated: {', '.join(batch[:20])}",
                              operation_id=self._op_of(cluster, batch[0]))
 
     def _type_of(self, cluster: str, n: NodeRow) -> str | None:
@@ -185,8 +205,8 @@ class Actions:
         """Deep health checks of the marked nodes, one operation at a time (each its own Slurm
         maintenance reservation); then each node passes, is rebooted or replaced, or stays Failure."""
         c = self._snap[cluster][0]
-        for op in self.store.operations(cluster, "InProgress"):
-            wanted = (op.details or {}).get("Checks", {}) if op.kind == HEALTH_CHECK else {}
+        for op in self.store.operations(cluster, "InProgress"):  # a DeepHealthCheck, or an update's batch
+            wanted = (op.details or {}).get("Checks", {})
             targets = {}
             for x in a.batch:
                 n = self.store.node(cluster, x)
@@ -204,7 +224,11 @@ class Actions:
             except Exception as e:  # noqa: BLE001 - a node that cannot be checked is not healthy: recovery decides
                 results = {x: [f"{checks[0]}: the checks could not run: {e}"] for x, checks in targets.items()}
             for x, checks in targets.items():
-                self._health_result(cluster, op.id, x, checks, (results or {}).get(x) or [], node_recovery(c))
+                failures = (results or {}).get(x) or []
+                if op.kind == HEALTH_CHECK:
+                    self._health_result(cluster, op.id, x, checks, failures, node_recovery(c))
+                else:
+                    self._update_checked(cluster, op.id, x, failures)
 
     def _health_result(self, cluster: str, op: str, node: str, checks: list[str], failures: list[str],
                        recovery: str) -> None:

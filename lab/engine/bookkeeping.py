@@ -85,6 +85,8 @@ class Bookkeeping:
         by_name = {n.name: n for n in nodes}
         gnames = {g.name for g in groups}
         for op in self._ops.get(name, []):
+            if op.kind == "UpdateClusterSoftware":
+                continue  # lab/engine/rolling.py ends it
             if op.kind in SCALING:
                 done = all(g in p.settled or g not in gnames for g in op.groups)
                 if op.kind == "BatchDeleteClusterNodes":
@@ -241,7 +243,7 @@ class Bookkeeping:
     async def _prepare(self, c: ClusterRow, prov: Provider, gmap: dict[str, GroupRow], nodes: list[NodeRow]) -> None:
         box = (c.spec.get("Lab") or {}).get("Box")
         machines = [MachineSpec(n.name, n.grp, gmap[n.grp].cpus, gmap[n.grp].memory_mib, n.mac, n.address,
-                                gmap[n.grp].node_type)
+                                gmap[n.grp].node_type, n.image)
                     for n in nodes if n.grp in gmap and n.address]
         self._dirty.discard(c.name)
         self._prepared.add(c.name)
@@ -249,7 +251,7 @@ class Bookkeeping:
 
     def _machine(self, cluster: str, n: NodeRow) -> MachineSpec:
         g = self._group(cluster, n.grp)
-        return MachineSpec(n.name, n.grp, g.cpus, g.memory_mib, n.mac, n.address, g.node_type)
+        return MachineSpec(n.name, n.grp, g.cpus, g.memory_mib, n.mac, n.address, g.node_type, n.image)
 
     def _group(self, cluster: str, group: str) -> GroupRow:
         snap = self._snap.get(cluster)

@@ -30,6 +30,7 @@ from lab.engine.actions import ACTIONS, Actions
 from lab.engine.bookkeeping import (  # noqa: F401 - re-exported for bench/ and tests (instance_id, backoff)
     BACKOFF_BASE, BACKOFF_MAX, SCALING, Bookkeeping, backoff, instance_id)
 from lab.engine.plan import JOIN_MAX_WAIT_S, JOIN_QUIET_S, LEGACY_ATTEMPTS, Action
+from lab.engine.rolling import Rolling
 from lab.engine.sight import Sight
 from lab.providers.base import LaunchError, Provider, threads_running
 from lab.store.db import ClusterRow, GroupRow, NodeRow, Store
@@ -50,7 +51,7 @@ def _task_key(a: Action) -> str:
     return a.node or a.kind
 
 
-class Engine(Bookkeeping, Actions):
+class Engine(Bookkeeping, Actions, Rolling):
     """`Engine(store, provider, configurer)` builds every cluster with that pair (the tests' form).
     `providers` / `configurers` map provider names (ClusterRow.provider) to objects; the factories
     make one on first use for a name not mapped (the daemon passes `make_provider`/`make_configurer`).
@@ -186,6 +187,7 @@ class Engine(Bookkeeping, Actions):
                          boot_slots=self.boot_slots.get(c.provider))
         self._ops[name] = [op for op in self.store.operations(name, "InProgress")] if c.status != "Deleting" else []
         self._statuses(c, groups, nodes, p)
+        self._software(c, gmap, nodes)
         self._disk_marks(name, nodes, seen, p)
         if p.boot_waiting:
             msg = f"waiting for a boot slot ({self.boot_slots.get(c.provider)} VMs boot at once on this host)"

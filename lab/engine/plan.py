@@ -37,6 +37,9 @@ HEALTH_MARKS = frozenset({HEALTH_ASKED, HEALTH_CHECKING})
 # MoveClusterNodes (lab/engine/moves.py): the node, already in its new group, leaves Slurm (detach), then
 # is configured and joins again as a member of that group (attach).
 MOVE_DETACH, MOVE_ATTACH = "detach", "attach"
+# UpdateClusterSoftware (lab/engine/rolling.py): the node leaves Slurm like a moving node, then its VM is
+# replaced with the new box (pending = replace).
+UPDATE_DRAIN = "update"
 
 PENDING = {"planned", "launching", "booted", "configuring", "configured", "joining", "rebooting"}
 VM_UP_PHASES = {"booted", "configuring", "configured", "joining", "running"}
@@ -67,6 +70,8 @@ def node_status(phase: str, pending: str | None = None) -> str:
         return "DeepHealthCheckInProgress"
     if pending == MOVE_DETACH and phase == "running":
         return "DetachInProgress"
+    if pending == UPDATE_DRAIN and phase == "running":
+        return "SystemUpdating"
     if pending == MOVE_ATTACH and phase not in ("failed", "lost"):
         return "AttachInProgress"
     if phase in PENDING:
@@ -271,7 +276,7 @@ def plan(
     # playbook needs only the node); login nodes wait for the controller (sackd needs slurmctld).
     batch: list[NodeRow] = []
     checks: list[str] = []  # running nodes a deep health check waits for (one task per cluster at a time)
-    detach: list[str] = []  # running nodes moving to another group: out of Slurm first
+    detach: list[str] = []  # running nodes moving to another group or to a new box: out of Slurm first
     others_coming = False  # a compute node on its way to `configured` (for the join window)
     booting = sum(1 for n in nodes if n.phase == "launching")  # VMs coming up now (boot slots)
     to_launch: list[tuple[tuple, NodeRow, GroupRow, bool]] = []  # new launches, placed after the loop
@@ -305,7 +310,7 @@ def plan(
         if n.pending in HEALTH_MARKS and n.phase == "running":
             checks.append(n.name)
             continue
-        if n.pending == MOVE_DETACH and n.phase == "running":
+        if n.pending in (MOVE_DETACH, UPDATE_DRAIN) and n.phase == "running":
             detach.append(n.name)
             continue
         order = (LAUNCH_PRIORITY.get(g.node_type, 3), n.ordinal, n.name)

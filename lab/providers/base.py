@@ -41,6 +41,7 @@ class MachineSpec:
     mac: str
     address: str
     node_type: str = ""  # Controller | Login | Compute ("" for a bare VM: no Slurm identity at boot)
+    box: str | None = None  # the box its VM is made from; None: the cluster's
 
 
 DISK_FULL = "disk-full"  # paused by its hypervisor for want of disk space: waits, never replaced (disk.py)

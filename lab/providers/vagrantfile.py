@@ -78,7 +78,7 @@ def render(
     if munge_key_file and any(c in munge_key_file for c in ',"\n'):
         raise ValueError(f"munge key path {munge_key_file!r} must not hold commas, quotes or newlines (qemu -fw_cfg)")
     nodes = [
-        {"name": m.name, "cpus": m.cpus, "memory_mib": m.memory_mib, "mac": m.mac,
+        {"name": m.name, "cpus": m.cpus, "memory_mib": m.memory_mib, "mac": m.mac, "box": m.box,
          "qemuargs": qemu_args(cluster, m, machines, public_key, munge_key_file)}
         for m in sorted(machines, key=lambda m: m.name)
     ]

@@ -30,6 +30,7 @@ OPERATIONS: tuple[str, ...] = (
     "DescribeClusterOperation",
     "StartClusterHealthCheck",
     "MoveClusterNodes",
+    "UpdateClusterSoftware",
 )
 
 

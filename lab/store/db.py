@@ -213,6 +213,10 @@ class Store:
             rows = self._db.execute(q + " ORDER BY created_at, rowid", args).fetchall()
         return [row_of(OperationRow, r) for r in rows]
 
+    def set_operation_details(self, op_id: str, details: dict) -> None:
+        with self.tx() as db:
+            db.execute("UPDATE operations SET details=? WHERE id=?", (json.dumps(details), op_id))
+
     def finish_operation(self, op_id: str, status: str, message: str = "", when: float | None = None) -> None:
         with self.tx() as db:
             db.execute("UPDATE operations SET status=?, message=?, finished_at=? WHERE id=? AND status='InProgress'",

@@ -56,6 +56,8 @@ class NodeRow:
     # when a compute node last became `configured` (the join batching window reads it); None: not
     # configured since its VM (re)started, or a row written before schema 3
     configured_at: float | None = None
+    # the box the node's VM is made from (UpdateClusterSoftware sets it); None: the cluster's (Lab.Box)
+    image: str | None = None
 
 
 @dataclass

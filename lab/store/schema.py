@@ -64,6 +64,7 @@ ADDED_COLUMNS = [
     ("operations", "scaling", "TEXT"),
     # schema 6: a deep health check's configurations (DescribeClusterOperation's DeepHealthCheckDetails)
     ("operations", "details", "TEXT"),
+    ("nodes", "image", "TEXT"),  # the box a node's VM is made from (UpdateClusterSoftware), NULL: the cluster's
 ]
 
 

@@ -127,7 +127,8 @@ def test_fuzz_never_breaks_the_server(api):
     elapsed = time.monotonic() - t0
     conn.close()
     assert elapsed < BUDGET_S, f"{COUNT} requests took {elapsed:.1f} s"
-    assert seen.get(200, 0) > 10 and sum(v for k, v in seen.items() if 400 <= k < 500) > COUNT // 2, seen
+    # some bodies are valid by chance (fewer as operations are added: 8 in 400 at least), most are refused
+    assert seen.get(200, 0) >= COUNT // 50 and sum(v for k, v in seen.items() if 400 <= k < 500) > COUNT // 2, seen
     # still up, still right
     c = api.client()
     assert c.describe_cluster(ClusterName="demo")["ClusterStatus"] in ("InService", "Deleting")

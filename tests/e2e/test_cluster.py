@@ -10,7 +10,8 @@ there (shared /home), sacct shows the job; a GPU job sees CUDA_VISIBLE_DEVICES=0
 for more GPUs than a node has is refused; a job over its --mem ends OUT_OF_MEMORY. A second Ansible
 run changes nothing, `slurmlab verify` passes and then names the check that fails when a node's
 slurmd is stopped, a deep health check (StartClusterHealthCheck) finds that node and reboots it back
-into Slurm, a scale-out (the new node then moves to a new group with MoveClusterNodes) adds a third node and a scale-in removes it while the rest keep
+into Slurm, a scale-out (the new node then moves to a new group with MoveClusterNodes), a rolling software
+update replaces the GPU node with a VM of another box while a job runs on a CPU node adds a third node and a scale-in removes it while the rest keep
 working, and delete leaves nothing in libvirt.
 """
 
@@ -483,6 +484,43 @@ def _move_to_a_new_group(node: str) -> None:
         assert on(n, "systemctl show -p ExecMainPID --value slurmd").strip() == pid, f"slurmd restarted on {n}"
     groups = {g["InstanceGroupName"]: (g["CurrentCount"], g["TargetCount"]) for g in describe()["InstanceGroups"]}
     assert groups["compute"] == (2, 2) and groups["spare"] == (1, 1), groups
+
+
+def test_rolling_update_of_the_gpu_node_while_a_job_runs():
+    """Issue 12, UpdateClusterSoftware: the current box added once more under another name (`box tag`:
+    a second image), the gpu group updated to it while a job runs on compute-1. The job completes;
+    gpu-1 was drained, replaced (new InstanceId) with a VM of the new box, joined and health-checked;
+    its GPU jobs run; the cluster is InService again."""
+    tagged = json.loads(sl("box", "tag", "slurmlab/trixie-slurm-next", "--output", "json", timeout=1200).stdout)
+    node, first = f"{NAME}-gpu-1", f"{NAME}-compute-1"
+    old = nodes()[node]["InstanceId"]
+    job = student(f"sbatch --parsable -p dev -w {first} --wrap 'sleep 240; echo survived'").strip()
+    deadline = time.monotonic() + 120
+    while on("login", f"squeue -h -j {job} -o %T").strip() != "RUNNING" and time.monotonic() < deadline:
+        time.sleep(3)
+    sl("update-cluster-software", NAME, "--group", "gpu", "--image-id", tagged["image_id"])
+    assert describe()["ClusterStatus"] == "SystemUpdating"
+    deadline = time.monotonic() + 1800
+    while describe()["ClusterStatus"] != "InService" and time.monotonic() < deadline:
+        time.sleep(10)
+    events = [e["Description"] for e in json.loads(sl("list-cluster-events", NAME, "--output", "json").stdout)["Events"]]
+    _keep("software-update-events.txt", subprocess.CompletedProcess([], 0, "\n".join(events[-25:]), ""))
+    assert any(e.startswith("UpdateClusterSoftware completed") for e in events), events[-25:]
+    assert f"{node}: passed its health check on box slurmlab/trixie-slurm-next" in events, events[-25:]
+    assert job_state(job, timeout=600) == ("COMPLETED", first)
+    after = nodes()[node]
+    assert after["InstanceStatus"]["Status"] == "Running" and after["InstanceId"] != old, after
+    import xml.etree.ElementTree as ET
+
+    conn = libvirtd.connect()
+    try:  # the VM's disk is a copy-on-write layer over the new box's volume
+        disk = ET.fromstring(conn.lookupByName(node).XMLDesc(0)).find("devices/disk/source").get("file")
+        backing = ET.fromstring(conn.storageVolLookupByPath(disk).XMLDesc(0)).findtext("backingStore/path")
+        assert "slurmlab-VAGRANTSLASH-trixie-slurm-next_vagrant_box_image" in (backing or ""), (disk, backing)
+    finally:
+        conn.close()
+    out = student("srun -p gpu --gres=gpu:1 sh -c 'echo CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES'")
+    assert out.strip() == "CUDA_VISIBLE_DEVICES=0", out
 
 
 def test_delete_leaves_nothing_in_libvirt():

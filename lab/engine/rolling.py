@@ -1,0 +1,125 @@
+"""UpdateClusterSoftware on the engine: a rolling replacement of nodes with another box, batch by batch.
+A mixin of lab.engine.engine.Engine; quick store writes on the engine's loop, once a pass.
+
+The operation's details (written by lab/engine/software.py, then here) carry the plan: `Image` (the
+box), `BatchSize`, `Wait` (s between batches), `Groups`, and the run's state: `Batch` (the nodes of
+the batch in flight), `Targets` (node -> the box it goes to in this batch), `Previous` (node -> the
+box it had), `Checks` / `Checked` (the health check of a replaced batch), `Failed`, `RollingBack`,
+`DoneAt`, `Batches`. A batch:
+1. its nodes are marked `pending = update` (status SystemUpdating); the planner drains them out of
+   Slurm in one `detach` task (running jobs end first: the leave playbook waits for them);
+2. each VM is replaced with the box (`pending = replace`, `nodes.image`), launched, configured and
+   joined as any node (new InstanceId);
+3. once all run, an InstanceStress check runs on them (the deep health check machinery);
+4. passed: the batch is done; the next one starts `Wait` seconds later. Failed: the batch rolls back
+   to the boxes it had (the same steps) and the operation ends Failed; the cluster is InService again.
+The first batch is one node whatever the batch size: it brings the new box into the storage pool
+(vagrant-libvirt uploads a box on its first `vagrant up`; later launches clone it, never racing it).
+The controller is not replaced (it holds /home, the accounting database and Slurm's state).
+"""
+
+from __future__ import annotations
+
+from lab.engine.plan import HEALTH_ASKED, UPDATE_DRAIN, leaving
+from lab.store.db import ClusterRow, GroupRow, NodeRow
+
+UPDATE = "UpdateClusterSoftware"
+
+
+def cluster_box(c: ClusterRow) -> str:
+    from lab.box import DEFAULT_BOX
+
+    return (c.spec.get("Lab") or {}).get("Box") or DEFAULT_BOX
+
+
+class Rolling:
+    def _update_op(self, cluster: str):
+        return next((op for op in self.store.operations(cluster, "InProgress") if op.kind == UPDATE), None)
+
+    def _update_targets(self, cluster: str) -> dict[str, str]:
+        op = self._update_op(cluster)
+        return dict((op.details or {}).get("Targets") or {}) if op else {}
+
+    def _update_checked(self, cluster: str, op_id: str, node: str, failures: list[str]) -> None:
+        """The health check of a replaced node (step 3): the result goes into the operation."""
+        op = self._update_op(cluster)
+        n = self.store.node(cluster, node)
+        if op is None or op.id != op_id or n is None:
+            return
+        d = dict(op.details)
+        if failures:
+            d["Failed"] = {**(d.get("Failed") or {}), node: "; ".join(failures)[:300]}
+            self.store.add_event(cluster, "Instance", "Error", f"{node}: failed its health check on box "
+                                 f"{d['Image']}: {d['Failed'][node]}", grp=n.grp, node=node, operation_id=op_id)
+        else:
+            self.store.add_event(cluster, "Instance", "Info", f"{node}: passed its health check on box {n.image}",
+                                 grp=n.grp, node=node, operation_id=op_id)
+        self.store.set_operation_details(op_id, d)
+        self.store.update_node(cluster, node, pending=None, message="")
+
+    def _software(self, c: ClusterRow, gmap: dict[str, GroupRow], nodes: list[NodeRow]) -> None:
+        op = self._update_op(c.name)
+        if op is None or c.status == "Deleting":
+            return
+        d, now, name = dict(op.details), self.clock(), c.name
+        by = {n.name: n for n in nodes}
+        batch = [x for x in d.get("Batch") or [] if x in by]
+        if batch:
+            targets = d.get("Targets") or {}
+            if not all(by[x].phase == "running" and not by[x].pending and by[x].image == targets.get(x) for x in batch):
+                return  # drained, replaced, launched, configured, joined: not yet
+            if not d.get("RollingBack") and not d.get("Checked"):
+                d["Checks"], d["Checked"] = {x: ["InstanceStress"] for x in batch}, True
+                self.store.set_operation_details(op.id, d)
+                for x in batch:
+                    self.store.update_node(name, x, pending=HEALTH_ASKED, message=f"checking the node on box {d['Image']}")
+                return
+            if d.get("Failed") and not d.get("RollingBack"):
+                d.update(RollingBack=True, Targets={x: (d.get("Previous") or {}).get(x) for x in batch})
+                self.store.set_operation_details(op.id, d)
+                self._mark(name, list(batch), "SystemUpdating: rolling back to box {} (a node failed its check)",
+                           d["Targets"])
+                self.store.add_event(name, "Cluster", "Error", f"UpdateClusterSoftware: {', '.join(sorted(d['Failed']))} "
+                                     f"failed the health check on {d['Image']}; rolling the batch back and stopping",
+                                     operation_id=op.id)
+                return
+            d.update(Batch=[], Checks={}, Checked=False, DoneAt=now, Batches=d.get("Batches", 0) + 1)
+            self.store.set_operation_details(op.id, d)
+            if d.get("RollingBack"):
+                self._software_done(c, op.id, "Failed", f"rolled back: {', '.join(sorted(d['Failed']))} failed the "
+                                    f"health check on box {d['Image']}")
+                return
+            self.store.add_event(name, "Cluster", "Info", f"UpdateClusterSoftware: batch {d['Batches']} on box "
+                                 f"{d['Image']}: {', '.join(batch)}", operation_id=op.id)
+            return
+        if now < (d.get("DoneAt") or 0) + (d.get("Wait") or 0):
+            return
+        base = cluster_box(c)
+        todo = [n for n in sorted(nodes, key=lambda n: (d["Groups"].index(n.grp) if n.grp in d["Groups"] else 99, n.ordinal))
+                if n.grp in d["Groups"] and gmap.get(n.grp) and gmap[n.grp].node_type != "Controller"
+                and not leaving(n) and (n.image or base) != d["Image"]]
+        if not todo:
+            self._software_done(c, op.id, "Completed", "")
+            return
+        ready = [n for n in todo if n.phase == "running" and not n.pending]
+        if not ready:
+            return  # the nodes left to update are busy (a reboot, a failure): wait for them
+        take = ready[: (d["BatchSize"] if d.get("Batches") else 1)]
+        d.update(Batch=[n.name for n in take], Targets={n.name: d["Image"] for n in take}, Failed={},
+                 Previous={**(d.get("Previous") or {}), **{n.name: n.image or base for n in take}})
+        self.store.set_operation_details(op.id, d)
+        self._mark(name, d["Batch"], "SystemUpdating: draining before its VM is replaced with box {}", d["Targets"])
+        self.store.add_event(name, "Cluster", "Info", f"UpdateClusterSoftware: batch {d.get('Batches', 0) + 1}: "
+                             f"{', '.join(d['Batch'])} to box {d['Image']}", operation_id=op.id)
+
+    def _mark(self, cluster: str, names: list[str], message: str, targets: dict[str, str]) -> None:
+        with self.store.tx():
+            for x in names:
+                self.store.update_node(cluster, x, pending=UPDATE_DRAIN, message=message.format(targets.get(x)))
+
+    def _software_done(self, c: ClusterRow, op_id: str, status: str, message: str) -> None:
+        self.store.finish_operation(op_id, status, message, when=self.clock())
+        self.store.update_cluster(c.name, status="InService")
+        level = "Info" if status == "Completed" else "Error"
+        self.store.add_event(c.name, "Cluster", level, f"UpdateClusterSoftware {status.lower()}"
+                             + (f": {message}" if message else "") + f"; cluster {c.name} is InService", operation_id=op_id)

@@ -1,0 +1,121 @@
+"""UpdateClusterSoftware on the engine (sim provider): batches (the first of one node), each drained
+out of Slurm, replaced with the new box, joined and health-checked before the next; the wait between
+batches; a batch whose check fails rolls back to its old box and the update ends Failed; bad requests
+change nothing."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from lab import capacity
+from lab.engine import clusters
+from lab.engine.software import update_software
+from lab.errors import Conflict, UsageError
+from tests.simlab import SimLab, spec_text
+
+NEXT = "slurmlab/trixie-slurm-next"
+ID = "ami-0123456789abcdef0"
+IMAGES = {ID: NEXT}
+
+
+def resolve(image):
+    if image not in IMAGES:
+        raise UsageError(f"ImageId: '{image}' names no box of this lab")
+    return IMAGES[image]
+
+
+async def _ready(lab, computes=3):
+    lab.create(spec_text(computes=computes))
+    await lab.run_until(lambda: lab.full())
+    await lab.tick()
+    assert lab.st.cluster("demo").status == "InService"
+
+
+def _op(lab):
+    return next(o for o in lab.st.operations("demo") if o.kind == "UpdateClusterSoftware")
+
+
+def test_batches_replace_nodes_with_the_new_box(tmp_path):
+    async def go():
+        lab = SimLab(tmp_path)
+        await _ready(lab)
+        old = {n.name: n.instance_id for n in lab.st.nodes("demo")}
+        update_software(lab.st, "demo", ["compute"], {"RollingUpdatePolicy": {"MaximumBatchSize": {
+            "Type": "INSTANCE_COUNT", "Value": 2}}, "WaitIntervalInSeconds": 30}, "ami-0123456789abcdef0", resolve=resolve)
+        assert clusters.describe(lab.st, "demo")["ClusterStatus"] == "SystemUpdating"
+        await lab.tick()
+        assert clusters.describe_node(lab.st, "demo", "demo-compute-1")["InstanceStatus"]["Status"] == "SystemUpdating"
+        await lab.run_until(lambda: _op(lab).details.get("Batches") == 1, max_ticks=600)
+        t1 = lab.clock.t
+        await lab.run_until(lambda: _op(lab).details.get("Batch"))
+        assert lab.clock.t - t1 >= 30  # WaitIntervalInSeconds
+        assert _op(lab).details["Batch"] == ["demo-compute-2", "demo-compute-3"]
+        await lab.run_until(lambda: _op(lab).status != "InProgress", max_ticks=600)
+        assert _op(lab).status == "Completed"
+        assert clusters.describe(lab.st, "demo")["ClusterStatus"] == "InService"
+        nodes = {n.name: n for n in lab.st.nodes("demo")}
+        for x in ("demo-compute-1", "demo-compute-2", "demo-compute-3"):
+            assert nodes[x].image == NEXT and nodes[x].instance_id != old[x] and nodes[x].phase == "running"
+        for x in ("demo-controller-1", "demo-login-1"):  # not named
+            assert nodes[x].image is None and nodes[x].instance_id == old[x]
+        leaves = [c[1] for c in lab.conf.calls if c[0] == "leave"]
+        checks = [c[1] for c in lab.conf.calls if c[0] == "health_check"]
+        assert leaves == [("demo-compute-1",), ("demo-compute-2", "demo-compute-3")]  # one, then two
+        assert checks == leaves
+        evs = [e for e in clusters.list_events(lab.st, "demo", OperationId=_op(lab).id)]
+        texts = [e["Description"] for e in evs]
+        assert any("batch 1 on box slurmlab/trixie-slurm-next: demo-compute-1" in t for t in texts)
+        assert any("UpdateClusterSoftware completed" in t for t in texts)
+        await lab.finish()
+
+    asyncio.run(go())
+
+
+def test_a_failed_check_rolls_the_batch_back_and_stops(tmp_path):
+    async def go():
+        lab = SimLab(tmp_path)
+        await _ready(lab, computes=2)
+        capacity.apply(lab.st, capacity.parse("faults: {seed: 2, health_check_failure_rate: 1}"))
+        update_software(lab.st, "demo", ["compute"], None, "ami-0123456789abcdef0", resolve=resolve)
+        await lab.run_until(lambda: _op(lab).status != "InProgress", max_ticks=600)
+        op = _op(lab)
+        assert op.status == "Failed" and "demo-compute-1 failed the health check" in op.message
+        nodes = {n.name: n for n in lab.st.nodes("demo")}
+        assert nodes["demo-compute-1"].image == "slurmlab/trixie-slurm"  # back on the box it had
+        assert nodes["demo-compute-2"].image is None  # never touched: the update stopped
+        assert all(n.phase == "running" and n.pending is None for n in nodes.values())
+        assert clusters.describe(lab.st, "demo")["ClusterStatus"] == "InService"
+        errors = [e["Description"] for e in clusters.list_events(lab.st, "demo", OperationId=op.id) if e["EventLevel"] == "Error"]
+        assert any("rolling the batch back and stopping" in e for e in errors)
+        await lab.finish()
+
+    asyncio.run(go())
+
+
+def test_bad_updates_change_nothing(tmp_path):
+    async def go():
+        lab = SimLab(tmp_path)
+        await _ready(lab, computes=2)
+        before = (lab.st.nodes("demo"), lab.st.operations("demo"), lab.st.cluster("demo").status)
+        policy = lambda kind, v: {"RollingUpdatePolicy": {"MaximumBatchSize": {"Type": kind, "Value": v}}}  # noqa: E731
+        for args, words in [
+            ((["nope"], None, ID), "InstanceGroups[0].InstanceGroupName: no instance group 'nope'"),
+            ((["controller"], None, ID), "the lab does not replace the controller"),
+            ((["compute"], policy("INSTANCE_COUNT", 3), ID), "Value: 3 is above the 2 node(s) to update"),
+            ((["compute"], policy("INSTANCE_COUNT", 0), ID), "must be a whole number >= 1"),
+            ((["compute"], policy("CAPACITY_PERCENTAGE", 150), ID), "150% is above 100%"),
+            ((["compute"], None, "ami-00000000"), "ImageId: 'ami-00000000' names no box"),
+        ]:
+            with pytest.raises(UsageError) as e:
+                update_software(lab.st, "demo", *args, resolve=resolve)
+            assert words in str(e.value), str(e.value)
+        assert (lab.st.nodes("demo"), lab.st.operations("demo"), lab.st.cluster("demo").status) == before
+        update_software(lab.st, "demo", None, None, "ami-0123456789abcdef0", resolve=resolve)
+        with pytest.raises(Conflict):
+            update_software(lab.st, "demo", None, None, "ami-0123456789abcdef0", resolve=resolve)
+        assert _op(lab).groups == ["compute", "login"] and "demo-controller-1" not in _op(lab).nodes
+        await lab.finish()
+
+    asyncio.run(go())
