@@ -20,7 +20,7 @@ The controller is not replaced (it holds /home, the accounting database and Slur
 
 from __future__ import annotations
 
-from lab.engine.plan import HEALTH_ASKED, UPDATE_DRAIN, leaving
+from lab.engine.plan import HEALTH_ASKED, UPDATE_DRAIN, failed_for_good, leaving
 from lab.store.db import ClusterRow, GroupRow, NodeRow
 
 UPDATE = "UpdateClusterSoftware"
@@ -66,6 +66,10 @@ class Rolling:
         batch = [x for x in d.get("Batch") or [] if x in by]
         if batch:
             targets = d.get("Targets") or {}
+            stuck = [x for x in batch if failed_for_good(by[x])]
+            if stuck:  # a launch that cannot succeed (the box is gone?): no rollback possible, stop here
+                self._software_done(c, op.id, "Failed", f"{', '.join(stuck)} could not be replaced: {by[stuck[0]].message}")
+                return
             if not all(by[x].phase == "running" and not by[x].pending and by[x].image == targets.get(x) for x in batch):
                 return  # drained, replaced, launched, configured, joined: not yet
             if not d.get("RollingBack") and not d.get("Checked"):
