@@ -465,6 +465,7 @@ def _move_to_a_new_group(node: str) -> None:
     compute = next(g for g in st.cluster(NAME).spec["InstanceGroups"] if g["InstanceGroupName"] == "compute")
     clusters.update(st, NAME, {"InstanceGroups": [{**compute, "InstanceGroupName": "spare", "InstanceCount": 0,
                                                    "SlurmConfig": {"NodeType": "Compute", "PartitionNames": ["spare"]}}]})
+    daemon.ensure_running()
     sl("describe-cluster", NAME, "--wait-for", "FullSize", "--timeout", "600")
     before = nodes()[node]
     boot_id = on(node, "cat /proc/sys/kernel/random/boot_id").strip()
