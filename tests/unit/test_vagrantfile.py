@@ -148,3 +148,36 @@ def test_a_vm_stopped_under_its_boot_ends_vagrant_up_at_once(monkeypatch):
     # never seen running: a domain still being defined (missing, shut off) is no reason to stop
     quiet = watch.stopped_while_booting("x", state=lambda name: "shutoff")
     assert [quiet() for _ in range(3)] == [None, None, None]
+
+
+def test_a_node_on_another_box_gets_its_own():
+    """UpdateClusterSoftware: a node replaced with another box names it in its own block only."""
+    machines = [
+        MachineSpec("demo-compute-1", "compute", 1, 768, mac_for("demo", "demo-compute-1"), "10.213.7.12", "Compute",
+                    "slurmlab/trixie-slurm-next"),
+        MachineSpec("demo-controller-1", "controller", 1, 768, mac_for("demo", "demo-controller-1"), "10.213.7.10",
+                    "Controller"),
+    ]
+    text = _render(machines=machines)
+    compute, controller = text.split('config.vm.define "demo-compute-1"')[1].split('config.vm.define "demo-controller-1"')
+    assert 'm.vm.box = "slurmlab/trixie-slurm-next"' in compute
+    assert "m.vm.box" not in controller and text.count('config.vm.box = "slurmlab/trixie-slurm"') == 1
+
+
+def test_image_ids_name_boxes(monkeypatch):
+    from lab import box
+    from lab.box import images
+    from lab.errors import NotFound, UsageError
+
+    iid = images.image_id("slurmlab/trixie-slurm-next", "0123456789abcdef")
+    assert iid.startswith("ami-") and len(iid) == 4 + 17 and iid != images.image_id("slurmlab/trixie-slurm", "0123456789abcdef")
+    assert images.resolve(iid, lookup=lambda: {iid: "slurmlab/trixie-slurm-next"}) == "slurmlab/trixie-slurm-next"
+    with pytest.raises(UsageError) as e:
+        images.resolve("ami-00000000", lookup=lambda: {iid: "slurmlab/trixie-slurm-next"})
+    assert "names no box of this lab" in str(e.value) and iid in str(e.value) and e.value.fix.startswith("slurmlab box list")
+    monkeypatch.setattr(box, "is_current", lambda name=box.DEFAULT_BOX: False)
+    with pytest.raises(NotFound) as nf:
+        images.resolve("default")
+    assert nf.value.fix == "slurmlab box build"
+    monkeypatch.setattr(box, "is_current", lambda name=box.DEFAULT_BOX: True)
+    assert images.resolve(None) == box.DEFAULT_BOX
