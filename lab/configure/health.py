@@ -9,7 +9,8 @@ out of it at the end, whatever happened. Then, in parallel over the nodes:
   short stress: every core hashes 32 MiB of zeros (the digest must be right), a quarter of the free
   memory (at most 256 MiB) is filled and read back, 32 MiB are written to /var/tmp, synced, read back.
 - InstanceConnectivity, from the controller: one `srun -N<k>` across the group's nodes under test
-  in the reservation; a node that does not answer fails (each node alone again, to name the one).
+  in the reservation; a node that does not answer fails (each node alone again, to name the one). A
+  node whose slurmd InstanceStress found down is not waited for: its job-step checks fail at once.
 - MultiNodeTrainingValidation: one multi-node job step (a task per node, each hashes 8 MiB); every
   node must run its task and the outputs must agree.
 
@@ -34,7 +35,7 @@ MIB = 1 << 20
 ZERO_32M = hashlib.sha256(bytes(32 * MIB)).hexdigest()
 ZERO_8M = hashlib.sha256(bytes(8 * MIB)).hexdigest()
 DAEMONS = {"Controller": "munge slurmctld", "Login": "munge sackd", "Compute": "munge slurmd"}
-SRUN_WAIT = 60  # s an srun waits for its nodes (--immediate) before it gives up
+SRUN_WAIT = 30  # s an srun waits for its nodes (--immediate) before it gives up
 
 # InstanceStress inside one node, as root; $1: the daemons, $2: the digest of 32 MiB of zeros.
 # Prints "FAIL InstanceStress: ..." per problem and one "DONE ..." line.
@@ -153,8 +154,12 @@ def run(ctx: ClusterContext, targets: dict[str, list[str]], op_id: str) -> dict[
                 out[x] += failures
         by_group: dict[tuple[str, str], list[str]] = {}
         for x in compute:
+            # a node whose slurmd is down cannot run a job step: said at once, not found by waiting for srun
+            down = any(f.startswith("InstanceStress: slurmd is ") for f in out[x])
             for check in ("InstanceConnectivity", "MultiNodeTrainingValidation"):
-                if check in targets[x]:
+                if check in targets[x] and down:
+                    out[x].append(f"{check}: not run: slurmd is not active on {x}")
+                elif check in targets[x]:
                     by_group.setdefault((by_name[x].grp, check), []).append(x)
         for (grp, check), nodes in sorted(by_group.items()):
             partition = (types[grp].partitions or [default_partition(ctx)])[0]
