@@ -93,10 +93,8 @@ class Rolling:
                 self._software_done(c, op.id, "Failed", f"rolled back: {', '.join(sorted(d['Failed']))} failed the "
                                     f"health check on box {d['Image']}")
                 return
-            self.store.add_event(name, "Cluster", "Info", f"UpdateClusterSoftware: batch {d['Batches']} on box "
+            self.store.add_event(name, "Cluster", "Info", f"UpdateClusterSoftware: batch {d['Batches']} done on box "
                                  f"{d['Image']}: {', '.join(batch)}", operation_id=op.id)
-            return
-        if now < (d.get("DoneAt") or 0) + (d.get("Wait") or 0):
             return
         base = cluster_box(c)
         todo = [n for n in sorted(nodes, key=lambda n: (d["Groups"].index(n.grp) if n.grp in d["Groups"] else 99, n.ordinal))
@@ -105,6 +103,8 @@ class Rolling:
         if not todo:
             self._software_done(c, op.id, "Completed", "")
             return
+        if now < (d.get("DoneAt") or 0) + (d.get("Wait") or 0):
+            return  # WaitIntervalInSeconds after the last batch
         ready = [n for n in todo if n.phase == "running" and not n.pending]
         if not ready:
             return  # the nodes left to update are busy (a reboot, a failure): wait for them

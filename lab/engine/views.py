@@ -10,6 +10,7 @@ import os
 from lab.engine.bookkeeping import SCALING
 from lab.engine.events import event_id, event_number
 from lab.engine.plan import group_settled, node_status
+from lab.engine.rolling import cluster_box
 from lab.engine.sight import stale_note
 from lab.errors import NotFound, UsageError
 from lab.osutil import epoch, iso, iso_seconds, ms
@@ -172,7 +173,8 @@ def describe_node(st: Store, name: str, node_id: str) -> dict:
         if k in sg:
             out[k] = sg[k]
     out["Lab"] = {"Provider": c.provider, "Simulated": c.provider == "sim", "Phase": n.phase,
-                  "Attempts": n.attempts, "Pending": n.pending}
+                  "Attempts": n.attempts, "Pending": n.pending,
+                  "Box": n.image or cluster_box(c)}
     return out
 
 

@@ -58,6 +58,8 @@ def test_batches_replace_nodes_with_the_new_box(tmp_path):
         nodes = {n.name: n for n in lab.st.nodes("demo")}
         for x in ("demo-compute-1", "demo-compute-2", "demo-compute-3"):
             assert nodes[x].image == NEXT and nodes[x].instance_id != old[x] and nodes[x].phase == "running"
+        assert clusters.describe_node(lab.st, "demo", "demo-compute-1")["Lab"]["Box"] == NEXT
+        assert clusters.describe_node(lab.st, "demo", "demo-login-1")["Lab"]["Box"] == "slurmlab/trixie-slurm"
         for x in ("demo-controller-1", "demo-login-1"):  # not named
             assert nodes[x].image is None and nodes[x].instance_id == old[x]
         leaves = [c[1] for c in lab.conf.calls if c[0] == "leave"]
@@ -66,7 +68,7 @@ def test_batches_replace_nodes_with_the_new_box(tmp_path):
         assert checks == leaves
         evs = [e for e in clusters.list_events(lab.st, "demo", OperationId=_op(lab).id)]
         texts = [e["Description"] for e in evs]
-        assert any("batch 1 on box slurmlab/trixie-slurm-next: demo-compute-1" in t for t in texts)
+        assert any("batch 1 done on box slurmlab/trixie-slurm-next: demo-compute-1" in t for t in texts)
         assert any("UpdateClusterSoftware completed" in t for t in texts)
         await lab.finish()
 
