@@ -104,6 +104,22 @@ def list_cluster_nodes(name: str, output: Output = OutputOpt) -> None:
                   f"{gpu + '  ' if gpu else ''}{s.get('Message', '')}")
 
 
+@app.command("describe-cluster-node")
+def describe_cluster_node(name: str, node: str = typer.Argument(..., help="node name or instance id"),
+                          output: Output = OutputOpt) -> None:
+    """One node (HyperPod's DescribeClusterNode) with the lab's view: phase, pending work, its box."""
+    from lab.engine import clusters
+
+    d = clusters.describe_node(store(), name, node)
+    if output == Output.json:
+        print_json({"NodeDetails": d})
+        return
+    s, lab = d["InstanceStatus"], d["Lab"]
+    out.print(f"{d['NodeLogicalId']}  {d['InstanceId']}  {d['InstanceGroupName']}  {d['InstanceType']}  "
+              f"{d['PrivatePrimaryIp']}\n  status: {s['Status']}{'  ' + s['Message'] if s.get('Message') else ''}\n"
+              f"  box: {lab['Box']}  phase: {lab['Phase']}  pending: {lab['Pending'] or '-'}", markup=False, highlight=False)
+
+
 @app.command("list-cluster-events")
 def list_cluster_events(
     name: str,

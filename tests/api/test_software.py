@@ -85,3 +85,19 @@ def test_bad_updates_name_the_field(api, change, says):
     assert status == 400 and answer["__type"] == "ValidationException", answer
     assert says in answer["message"], answer["message"]
     assert (api.store.nodes("demo"), api.store.operations("demo"), api.store.cluster("demo").status) == before
+
+
+def test_the_cli_shows_each_nodes_box_and_refuses_a_bad_update(api):
+    from typer.testing import CliRunner
+
+    from lab.cli import app
+
+    seed_cluster(api.store, "demo", computes=1)
+    api.store.update_node("demo", "demo-compute-1", image="slurmlab/trixie-slurm-next")
+    shown = CliRunner().invoke(app, ["describe-cluster-node", "demo", "demo-compute-1"]).output
+    assert "box: slurmlab/trixie-slurm-next  phase: running" in shown, shown
+    login = CliRunner().invoke(app, ["describe-cluster-node", "demo", "demo-login-1", "-o", "json"]).output
+    assert json.loads(login)["NodeDetails"]["Lab"]["Box"] == "slurmlab/trixie-slurm"
+    bad = CliRunner().invoke(app, ["update-cluster-software", "demo", "--group", "controller"])
+    assert isinstance(bad.exception, UsageError) and "the lab does not replace the controller" in bad.exception.message
+    assert api.store.cluster("demo").status == "InService"
