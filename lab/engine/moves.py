@@ -60,8 +60,6 @@ def move_nodes(st: Store, name: str, source_group: str, target_group: str, *, ta
         nodes = st.nodes(name)
 
         def movable(n) -> str | None:
-            if n.grp != source_group:
-                return f"{n.name} is in instance group '{n.grp}', not '{source_group}'"
             if n.phase != "running" or n.pending:
                 return f"{n.name} is {node_status(n.phase, n.pending)} ({n.pending or n.message or n.phase}): only a Running node moves"
             return None
@@ -82,7 +80,7 @@ def move_nodes(st: Store, name: str, source_group: str, target_group: str, *, ta
         for ref, logical in [(x, False) for x in dict.fromkeys(node_ids)] + [(x, True) for x in dict.fromkeys(logical_ids)]:
             n, _ = resolve(nodes, ref)
             why = movable(n) if n is not None else None
-            if n is None or (n.grp != source_group and n.pending != DETACH):
+            if n is None or (n.grp != source_group and n.pending not in (DETACH, ATTACH)):
                 b.fail(ref, logical, "NodeIdNotFound", f"no node '{ref}' in instance group '{source_group}' of cluster '{name}'")
             elif src.instance_type != dst.instance_type:
                 b.fail(ref, logical, "NodeInstanceTypeMismatch", f"{n.name} is a {src.instance_type}; instance group "
