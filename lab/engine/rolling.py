@@ -58,7 +58,9 @@ class Rolling:
         self.store.update_node(cluster, node, pending=None, message="")
 
     def _software(self, c: ClusterRow, gmap: dict[str, GroupRow], nodes: list[NodeRow]) -> None:
-        op = self._update_op(c.name)
+        if not any(o.kind == UPDATE for o in self._ops.get(c.name) or ()):  # this pass's InProgress operations
+            return
+        op = self._update_op(c.name)  # read again: the health-check task may have written its details
         if op is None or c.status == "Deleting":
             return
         d, now, name = dict(op.details), self.clock(), c.name
