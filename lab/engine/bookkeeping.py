@@ -17,6 +17,9 @@ BACKOFF_MAX = 300.0
 SCALING = {"CreateCluster", "UpdateCluster", "BatchAddClusterNodes", "BatchDeleteClusterNodes"}
 HEALTH_CHECK = "DeepHealthCheck"  # StartClusterHealthCheck (lab/engine/health.py)
 DISK_PAUSED = "paused (disk full):"
+# A VM that runs but does not answer SSH (Ansible: unreachable) this many configure attempts in a row is
+# rebooted: found by CI, a guest whose network died right after its first SSH answer, retried for ever.
+UNREACHABLE_REBOOT = 3
 PERMANENT_HINT = "not retried: BatchReplaceClusterNodes replaces it, BatchDeleteClusterNodes removes it"
 
 
@@ -176,6 +179,16 @@ class Bookkeeping:
                     else f"{node}: {message} (next try in {delay:.0f} s)")
         self.store.update_node(cluster, node, **vals)
         self.store.add_event(cluster, "Instance", level, said, grp=n.grp, node=node,
+                             operation_id=self._op_of(cluster, node, n.grp))
+
+    def _unreachable(self, cluster: str, node: str) -> None:
+        """A configure found the node's VM unreachable: after UNREACHABLE_REBOOT attempts, reboot it."""
+        n = self.store.node(cluster, node)
+        if n is None or n.attempts < UNREACHABLE_REBOOT or n.pending:
+            return
+        msg = f"its VM runs but did not answer SSH in {n.attempts} configure attempts: rebooting it"
+        self.store.update_node(cluster, node, pending="reboot", message=msg)
+        self.store.add_event(cluster, "Instance", "Warning", f"{node}: {msg}", grp=n.grp, node=node,
                              operation_id=self._op_of(cluster, node, n.grp))
 
     def _short(self, cluster: str, a: Action) -> None:

@@ -280,3 +280,5 @@ class Engine(Bookkeeping, Actions, Rolling):
             for node in ([a.node] if a.node else list(a.batch)):
                 self._fail(cluster, node, f"{a.kind} failed: {failures.get(node) or e}",
                            keep_phase=a.kind in ("remove", "leave"), permanent=permanent)
+            if a.kind == "configure" and " unreachable" in str(failures.get(a.node) or e):
+                self._unreachable(cluster, a.node)

@@ -169,3 +169,31 @@ def test_a_check_cut_short_by_an_engine_kill_runs_again(tmp_path):
         await lab.finish()
 
     asyncio.run(go())
+
+
+def test_a_vm_that_stops_answering_ssh_is_rebooted(tmp_path):
+    """Found by CI: a guest whose network died right after its first SSH answer was retried for ever.
+    Three configure attempts that find it unreachable, then its VM is rebooted and it configures."""
+    from lab.configure.base import ConfigureError
+
+    async def go():
+        lab = SimLab(tmp_path)
+        real, tries = lab.conf.configure_async, {"n": 0}
+
+        async def configure(ctx, node, node_type):
+            if node == "demo-compute-1" and tries["n"] < 3:
+                tries["n"] += 1
+                raise ConfigureError(f"nodes.yml failed: {node}: task 'Read' unreachable: ssh: No route to host",
+                                     {node: "task 'Read' unreachable: ssh: No route to host"})
+            return await real(ctx, node, node_type)
+
+        lab.conf.configure_async = configure
+        await _ready(lab, computes=1)
+        assert tries["n"] == 3
+        assert lab.prov.vms["demo"]["demo-compute-1"].boots == 2  # rebooted once, then configured
+        warn = [e["Description"] for e in clusters.list_events(lab.st, "demo", NodeId="demo-compute-1")
+                if e["EventLevel"] == "Warn"]
+        assert any("did not answer SSH in 3 configure attempts: rebooting it" in w for w in warn), warn
+        await lab.finish()
+
+    asyncio.run(go())
