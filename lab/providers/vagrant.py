@@ -21,7 +21,7 @@ from lab.providers import disk, network, priority
 from lab.providers.base import DISK_FULL, ClusterNet, LaunchError, MachineSpec, Observed, Provider, ProviderUnreachable, mac_for
 from lab.providers.vagrantfile import render
 from lab.providers.watch import STATE_NAMES, end_group, stopped_while_booting, wait_or_ready
-from lab.osutil import atomic_write
+from lab.osutil import atomic_write, kill_group
 from lab.workspace import ClusterDir
 
 log = logging.getLogger(__name__)
@@ -126,6 +126,11 @@ class VagrantProvider(Provider):
         cd = ClusterDir(cluster)
         logf = cd.logs / f"{logname}.log"
         cmd = [vagrant_exe(), *args]
+        for pid in stale_vagrants(cd.root, logname):
+            # a `vagrant up` left to finish in the background (by this engine or a killed one) that never
+            # did holds vagrant's lock on the machine: every later up, reload or destroy of it fails
+            log.warning("ending vagrant (pid %s) still running on %s: it holds the machine's lock", pid, logname)
+            kill_group(pid, grace=10.0, alive=lambda pid=pid: Path(f"/proc/{pid}").exists())
         with open(logf, "a") as f:
             f.write(f"\n$ vagrant {' '.join(args)}\n")
             f.flush()
@@ -354,3 +359,19 @@ def _purge_domain(name: str) -> None:
             pass
     finally:
         conn.close()
+
+
+def stale_vagrants(root: Path, machine: str) -> list[int]:
+    """PIDs of vagrant commands on `machine` still running in the cluster's folder `root` (each is the
+    leader of its own process group: `_vagrant` starts them in a new session)."""
+    want, found = str(Path(root).resolve()), []
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            args = (d / "cmdline").read_bytes().split(b"\0")
+            if len(args) < 3 or not any(a.endswith(b"/vagrant") for a in args[:2]) or machine.encode() not in args:
+                continue
+            if os.readlink(d / "cwd") == want and os.getpgid(int(d.name)) == int(d.name):
+                found.append(int(d.name))
+        except (OSError, ValueError):
+            continue
+    return found

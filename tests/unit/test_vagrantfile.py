@@ -181,3 +181,27 @@ def test_image_ids_name_boxes(monkeypatch):
     assert nf.value.fix == "slurmlab box build"
     monkeypatch.setattr(box, "is_current", lambda name=box.DEFAULT_BOX: True)
     assert images.resolve(None) == box.DEFAULT_BOX
+
+
+def test_a_vagrant_still_running_on_a_machine_is_found(tmp_path):
+    """Found by CI: a background `vagrant up` that never ended held vagrant's lock on its machine, so
+    the destroy and up of a software update failed for ever. `_vagrant` ends such a process first."""
+    import subprocess
+    import time
+
+    from lab.osutil import kill_group
+    from lab.providers.vagrant import stale_vagrants
+
+    fake = tmp_path / "vagrant"
+    fake.write_text("#!/bin/sh\nsleep 300\n")
+    fake.chmod(0o755)
+    p = subprocess.Popen(["/bin/sh", str(fake), "up", "demo-compute-1"], cwd=tmp_path, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while not stale_vagrants(tmp_path, "demo-compute-1") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert stale_vagrants(tmp_path, "demo-compute-1") == [p.pid]
+        assert stale_vagrants(tmp_path, "demo-compute-2") == []  # another machine
+        assert stale_vagrants(tmp_path / "elsewhere", "demo-compute-1") == []  # another cluster's folder
+    finally:
+        kill_group(p.pid, grace=2, wait=p)
