@@ -17,7 +17,7 @@ from lab.engine import daemon
 from lab.engine.bookkeeping import HEALTH_CHECK
 from lab.engine.operations import new_op
 from lab.engine.plan import HEALTH_ASKED, HEALTH_MARKS, leaving, node_status
-from lab.engine.views import get
+from lab.engine.views import get, named_group
 from lab.errors import UsageError
 from lab.store.db import Store
 
@@ -41,9 +41,7 @@ def start(st: Store, name: str, configurations: list[dict], *, start_engine: boo
         for i, cfg in enumerate(configurations):
             where = f"DeepHealthCheckConfigurations[{i}]"
             g = cfg.get("InstanceGroupName")
-            if g not in groups:
-                raise UsageError(f"{where}.InstanceGroupName: no instance group '{g}' in cluster '{name}'",
-                                 f"the groups are {', '.join(sorted(groups))}")
+            named_group(groups, f"{where}.InstanceGroupName", g, name)
             asked = cfg.get("DeepHealthChecks") or []
             bad = [k for k in asked if k not in CHECKS]
             if not asked or bad:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from lab.engine import daemon
 from lab.engine.commands import _Batch, _record_targets
 from lab.engine.plan import is_continuous, node_status
-from lab.engine.views import get, resolve
+from lab.engine.views import get, named_group, resolve
 from lab.errors import UsageError
 from lab.store.db import Store
 
@@ -49,11 +49,8 @@ def move_nodes(st: Store, name: str, source_group: str, target_group: str, *, ta
                              "a node moves only in an InService cluster with NodeProvisioningMode Continuous",
                              "wait until it is InService (UpdateCluster sets NodeProvisioningMode)")
         groups = {g.name: g for g in st.groups(name) if g.status != "Deleting"}
-        for field, g in (("SourceInstanceGroupName", source_group), ("TargetInstanceGroupName", target_group)):
-            if g not in groups:
-                raise UsageError(f"{field}: no instance group '{g}' in cluster '{name}'",
-                                 f"the groups are {', '.join(sorted(groups))}")
-        src, dst = groups[source_group], groups[target_group]
+        src = named_group(groups, "SourceInstanceGroupName", source_group, name)
+        dst = named_group(groups, "TargetInstanceGroupName", target_group, name)
         if src.node_type == "Controller" or src.node_type != dst.node_type:
             raise UsageError(f"TargetInstanceGroupName: a {src.node_type} node cannot move to '{target_group}' "
                              f"({dst.node_type} nodes)", "move compute nodes between compute groups, login between login")

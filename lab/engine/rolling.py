@@ -20,7 +20,7 @@ The controller is not replaced (it holds /home, the accounting database and Slur
 
 from __future__ import annotations
 
-from lab.engine.plan import HEALTH_ASKED, UPDATE_DRAIN, failed_for_good, leaving
+from lab.engine.plan import HEALTH_ASKED, HEALTH_CHECKING, UPDATE_DRAIN, failed_for_good, leaving
 from lab.store.db import ClusterRow, GroupRow, NodeRow
 
 UPDATE = "UpdateClusterSoftware"
@@ -44,8 +44,8 @@ class Rolling:
         """The health check of a replaced node (step 3): the result goes into the operation."""
         op = self._update_op(cluster)
         n = self.store.node(cluster, node)
-        if op is None or op.id != op_id or n is None:
-            return
+        if op is None or op.id != op_id or n is None or n.pending != HEALTH_CHECKING:
+            return  # something else took the node over meanwhile (a delete, a reboot): as _health_result
         d = dict(op.details)
         if failures:
             d["Failed"] = {**(d.get("Failed") or {}), node: "; ".join(failures)[:300]}

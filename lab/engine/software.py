@@ -17,7 +17,7 @@ from lab.engine import daemon
 from lab.engine.operations import new_op
 from lab.engine.plan import leaving
 from lab.engine.rolling import UPDATE, cluster_box
-from lab.engine.views import get
+from lab.engine.views import get, named_group
 from lab.errors import Conflict, UsageError
 from lab.store.db import Store
 
@@ -37,10 +37,7 @@ def update_software(st: Store, name: str, groups: list[str] | None = None, deplo
     rows = {g.name: g for g in st.groups(name) if g.status != "Deleting"}
     if groups:
         for i, g in enumerate(groups):
-            if g not in rows:
-                raise UsageError(f"InstanceGroups[{i}].InstanceGroupName: no instance group '{g}' in cluster '{name}'",
-                                 f"the groups are {', '.join(sorted(rows))}")
-            if rows[g].node_type == "Controller":
+            if named_group(rows, f"InstanceGroups[{i}].InstanceGroupName", g, name).node_type == "Controller":
                 raise UsageError(f"InstanceGroups[{i}].InstanceGroupName: '{g}' is the controller's group; the lab does "
                                  "not replace the controller (it holds /home, the accounting database and Slurm's state)",
                                  "update the login and compute groups")

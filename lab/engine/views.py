@@ -137,6 +137,15 @@ def gpus(st: Store, name: str) -> dict[str, int]:
     return group_gpus(c.spec, [(g.name, g.node_type, g.instance_type) for g in st.groups(name)])
 
 
+def named_group(groups: dict, field: str, g, cluster: str):
+    """The instance group a request's field names, from `groups` (name -> row, those not being
+    deleted); else a UsageError naming the field and the groups there are."""
+    if g not in groups:
+        raise UsageError(f"{field}: no instance group '{g}' in cluster '{cluster}'",
+                         f"the groups are {', '.join(sorted(groups))}")
+    return groups[g]
+
+
 def resolve(nodes: list[NodeRow], ref: str) -> tuple[NodeRow | None, bool]:
     """The node a reference names (an instance id first, else a logical id), and whether the
     reference is a logical id."""
