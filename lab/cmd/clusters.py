@@ -297,7 +297,7 @@ def move_cluster_nodes(
 @app.command("update-cluster-software")
 def update_cluster_software(
     name: str,
-    groups: list[str] = typer.Option([], "--group", help="an instance group to update (repeat); default: all but the controller's"),
+    groups: list[str] = typer.Option([], "--group", help="an instance group to update (repeat); default: all (the controller last, if it has a state disk)"),
     image_id: Optional[str] = typer.Option(None, "--image-id", help="the box's ImageId (slurmlab box list); default: the default box"),
     batch: int = typer.Option(1, "--batch", min=1, help="nodes replaced at once (MaximumBatchSize INSTANCE_COUNT)"),
     wait: int = typer.Option(0, "--wait", min=0, max=3600, help="seconds between batches (WaitIntervalInSeconds)"),

@@ -195,6 +195,11 @@ class Actions:
         prov = self.provider_for(self._snap[cluster][0])
         op = self._op_of(cluster, a.node)
         self.store.update_node(cluster, a.node, phase="replacing", pending=None, message="replacing: removing the old VM")
+        if self._group(cluster, n.grp).node_type == "Controller":
+            # a clean shutdown first: slurmctld saves its state, MariaDB and the NFS server stop, and the
+            # state disk (kept for the new VM) is unmounted clean
+            self.store.update_node(cluster, a.node, message="replacing: shutting the controller down cleanly")
+            await prov.stop_async(cluster, a.node)
         await prov.remove_async(cluster, [a.node])
         self._new_instance(cluster, n, prov, "replaced: a new instance launches")
         self.capacity_released(self._type_of(cluster, n))

@@ -9,7 +9,7 @@ import random
 
 from lab.engine import plan as planner
 from lab.engine.plan import NO_RETRY, Action
-from lab.providers.base import MachineSpec, Provider
+from lab.providers.base import MachineSpec, Provider, state_disk_name
 from lab.store.db import ClusterRow, GroupRow, NodeRow
 
 BACKOFF_BASE = 10.0
@@ -49,6 +49,11 @@ def health_outcome(failures: list[str], recovery: str) -> str:
     if recovery != "Automatic":
         return "failed"
     return "replace" if any(f.startswith(HARDWARE) for f in failures) else "reboot"
+
+
+def state_disk_of(c: ClusterRow, node_type: str) -> str | None:
+    """The controller's state disk (it outlives the VM: docs/adr/0007); other nodes have none."""
+    return state_disk_name(c.name, c.created_at) if node_type == "Controller" else None
 
 
 def _after_new_instance(pending: str | None) -> dict:
@@ -256,7 +261,7 @@ class Bookkeeping:
     async def _prepare(self, c: ClusterRow, prov: Provider, gmap: dict[str, GroupRow], nodes: list[NodeRow]) -> None:
         box = (c.spec.get("Lab") or {}).get("Box")
         machines = [MachineSpec(n.name, n.grp, gmap[n.grp].cpus, gmap[n.grp].memory_mib, n.mac, n.address,
-                                gmap[n.grp].node_type, n.image)
+                                gmap[n.grp].node_type, n.image, state_disk_of(c, gmap[n.grp].node_type))
                     for n in nodes if n.grp in gmap and n.address]
         self._dirty.discard(c.name)
         self._prepared.add(c.name)
@@ -264,7 +269,9 @@ class Bookkeeping:
 
     def _machine(self, cluster: str, n: NodeRow) -> MachineSpec:
         g = self._group(cluster, n.grp)
-        return MachineSpec(n.name, n.grp, g.cpus, g.memory_mib, n.mac, n.address, g.node_type, n.image)
+        c = self._snap[cluster][0] if cluster in self._snap else self.store.cluster(cluster)
+        return MachineSpec(n.name, n.grp, g.cpus, g.memory_mib, n.mac, n.address, g.node_type, n.image,
+                           state_disk_of(c, g.node_type))
 
     def _group(self, cluster: str, group: str) -> GroupRow:
         snap = self._snap.get(cluster)

@@ -15,7 +15,9 @@ box it had), `Checks` / `Checked` (the health check of a replaced batch), `Faile
    to the boxes it had (the same steps) and the operation ends Failed; the cluster is InService again.
 The first batch is one node whatever the batch size: it brings the new box into the storage pool
 (vagrant-libvirt uploads a box on its first `vagrant up`; later launches clone it, never racing it).
-The controller is not replaced (it holds /home, the accounting database and Slurm's state).
+The controller goes last, alone, once every other node is done: it is no Slurm node, so step 1 is a
+clean shutdown instead of a drain, and its state disk (/home, /fsx, slurmctld's state, the accounting
+database) moves to the new VM (docs/adr/0007). Running jobs go on meanwhile; Slurm's commands wait.
 """
 
 from __future__ import annotations
@@ -99,29 +101,40 @@ class Rolling:
                                  f"{d['Image']}: {', '.join(batch)}", operation_id=op.id)
             return
         base = cluster_box(c)
-        todo = [n for n in sorted(nodes, key=lambda n: (d["Groups"].index(n.grp) if n.grp in d["Groups"] else 99, n.ordinal))
-                if n.grp in d["Groups"] and gmap.get(n.grp) and gmap[n.grp].node_type != "Controller"
-                and not leaving(n) and (n.image or base) != d["Image"]]
-        if not todo:
+        todo, last = [], []  # the controller is replaced last, alone
+        for n in sorted(nodes, key=lambda n: (d["Groups"].index(n.grp) if n.grp in d["Groups"] else 99, n.ordinal)):
+            if n.grp in d["Groups"] and gmap.get(n.grp) and not leaving(n) and (n.image or base) != d["Image"]:
+                (last if gmap[n.grp].node_type == "Controller" else todo).append(n)
+        if not todo and not last:
             self._software_done(c, op.id, "Completed", "")
             return
         if now < (d.get("DoneAt") or 0) + (d.get("Wait") or 0):
             return  # WaitIntervalInSeconds after the last batch
-        ready = [n for n in todo if n.phase == "running" and not n.pending]
+        ready = [n for n in todo or last if n.phase == "running" and not n.pending]
         if not ready:
             return  # the nodes left to update are busy (a reboot, a failure): wait for them
-        take = ready[: (d["BatchSize"] if d.get("Batches") else 1)]
+        take = ready[: (d["BatchSize"] if d.get("Batches") and todo else 1)]
         d.update(Batch=[n.name for n in take], Targets={n.name: d["Image"] for n in take}, Failed={},
                  Previous={**(d.get("Previous") or {}), **{n.name: n.image or base for n in take}})
         self.store.set_operation_details(op.id, d)
         self._mark(name, d["Batch"], "SystemUpdating: draining before its VM is replaced with box {}", d["Targets"])
         self.store.add_event(name, "Cluster", "Info", f"UpdateClusterSoftware: batch {d.get('Batches', 0) + 1}: "
-                             f"{', '.join(d['Batch'])} to box {d['Image']}", operation_id=op.id)
+                             f"{', '.join(d['Batch'])} to box {d['Image']}" + ("" if todo else
+                             " (the controller, last: Slurm's commands wait until it is back; running jobs go on)"),
+                             operation_id=op.id)
 
     def _mark(self, cluster: str, names: list[str], message: str, targets: dict[str, str]) -> None:
+        """Other nodes leave Slurm first (UPDATE_DRAIN); the controller is no Slurm node: its VM is replaced
+        at once (a clean shutdown first; its state disk goes to the new VM: docs/adr/0007)."""
         with self.store.tx():
             for x in names:
-                self.store.update_node(cluster, x, pending=UPDATE_DRAIN, message=message.format(targets.get(x)))
+                n = self.store.node(cluster, x)
+                if n is not None and self._group(cluster, n.grp).node_type == "Controller":
+                    self.store.update_node(cluster, x, pending="replace", image=targets.get(x),
+                                           message=f"SystemUpdating: its VM is replaced with box {targets.get(x)}; "
+                                                   "/home, /fsx, Slurm's state and accounting stay on its state disk")
+                else:
+                    self.store.update_node(cluster, x, pending=UPDATE_DRAIN, message=message.format(targets.get(x)))
 
     def _software_done(self, c: ClusterRow, op_id: str, status: str, message: str) -> None:
         self.store.finish_operation(op_id, status, message, when=self.clock())

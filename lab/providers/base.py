@@ -42,6 +42,19 @@ class MachineSpec:
     address: str
     node_type: str = ""  # Controller | Login | Compute ("" for a bare VM: no Slurm identity at boot)
     box: str | None = None  # the box its VM is made from; None: the cluster's
+    # The controller's state disk: a volume name in the lab's pool that outlives the VM (docs/adr/0007);
+    # None: no state disk (other nodes, and clusters made before it)
+    state_disk: str | None = None
+
+
+# The serial of the state disk, as the guest sees it: /dev/disk/by-id/virtio-<serial> (roles/state_disk)
+STATE_DISK_SERIAL = "slurmlab-state"
+
+
+def state_disk_name(cluster: str, created_at: float) -> str:
+    """The controller's state disk volume: the cluster's creation time in its name, so that a cluster
+    made again under the same name never finds the data of the one before (lab/providers/state_disk.py)."""
+    return f"{cluster}-state-{int(created_at)}.qcow2"
 
 
 DISK_FULL = "disk-full"  # paused by its hypervisor for want of disk space: waits, never replaced (disk.py)
@@ -188,6 +201,13 @@ class Provider(ABC):
     def collect_logs(self, cluster: str, dest: Path) -> list[Path]:
         """Copy the cluster's provider logs into `dest`."""
 
+    def stop(self, cluster: str, name: str) -> None:
+        """Shut the VM down cleanly (its guest flushes its disks), if it runs; the VM stays defined."""
+
+    def keeps_state(self, cluster: str, name: str) -> bool:
+        """Whether the VM has a state disk that outlives it (a new VM of that name finds the data)."""
+        return False
+
     # ---------------------------------------------------------------- what the engine awaits
     async def prepare_async(self, cluster: str, machines: list[MachineSpec], preferred_index: int = 0,
                             box: str | None = None) -> Any:
@@ -208,7 +228,10 @@ class Provider(ABC):
     async def delete_cluster_async(self, cluster: str) -> list[str]:
         return await in_thread(cluster, self.delete_cluster, cluster)
 
+    async def stop_async(self, cluster: str, name: str) -> None:
+        return await in_thread(cluster, self.stop, cluster, name)
+
 
 # The engine's coroutine face, and the blocking methods behind it (tests check both providers).
 ENGINE_METHODS = ("allocate", "prepare_async", "observe_async", "ensure_async", "reboot_async", "remove_async",
-                  "delete_cluster_async")
+                  "delete_cluster_async", "stop_async")

@@ -257,6 +257,23 @@ class SimProvider(Provider):
     def collect_logs(self, cluster: str, dest: Path) -> list[Path]:
         return []
 
+    def stop(self, cluster: str, name: str) -> None:
+        """A clean shutdown: the simulated VM is shut off (it stays defined)."""
+        with self._lock:
+            vm = self.vms.get(cluster, {}).get(name)
+            if vm is not None and vm.state == "running":
+                vm.state = "shutoff"
+                self._save(vm)
+
+    async def stop_async(self, cluster: str, name: str) -> None:
+        self.stop(cluster, name)
+        await asyncio.sleep(0)
+
+    def keeps_state(self, cluster: str, name: str) -> bool:
+        """Simulated: every VM "has" a state disk (nothing is stored on the sim provider)."""
+        with self._lock:
+            return name in self.vms.get(cluster, {})
+
     # ------------------------------------------------------------------ lab controls
     def crash(self, cluster: str, name: str, state: str = "shutoff") -> None:
         """Make a VM die: `shutoff` (the domain stays, stopped) or `missing` (gone)."""

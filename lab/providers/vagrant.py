@@ -17,7 +17,7 @@ from pathlib import Path
 
 from lab import paths, secrets
 from lab.host import kvm, libvirtd, mode
-from lab.providers import disk, network, priority
+from lab.providers import disk, network, priority, state_disk
 from lab.providers.base import DISK_FULL, ClusterNet, LaunchError, MachineSpec, Observed, Provider, ProviderUnreachable, mac_for
 from lab.providers.vagrantfile import render
 from lab.providers.watch import STATE_NAMES, end_group, stopped_while_booting, wait_or_ready
@@ -207,7 +207,7 @@ class VagrantProvider(Provider):
                 cluster=cluster, box=box or self.box, machines=list(self._machines[cluster].values()), net=net,
                 private_key=str(cd.ssh_key), public_key=pub, driver=k.driver,
                 emulator_path=None if k.usable else str(libvirtd.ensure_wrapper()), pool=libvirtd.POOL,
-                munge_key_file=str(fw_munge),
+                munge_key_file=str(fw_munge), state_disk_size=state_disk.SIZE,
             )
             if not cd.vagrantfile.exists() or cd.vagrantfile.read_text() != text:
                 atomic_write(cd.vagrantfile, text)
@@ -300,6 +300,7 @@ class VagrantProvider(Provider):
         for n in names:
             _purge_domain(n)
             removed.append(f"domain {n}")
+        removed += state_disk.delete_volumes(cluster)
         if network.remove(cluster):
             removed.append(f"network {network.net_name(cluster)}")
         libvirtd.prune_box_volumes(self.box)
@@ -307,6 +308,15 @@ class VagrantProvider(Provider):
         cd.remove()
         self._machines.pop(cluster, None)
         return removed
+
+    def stop(self, cluster: str, name: str) -> None:
+        """`vagrant halt NAME`: the guest shuts down (services stop, disks are flushed); forced after
+        vagrant-libvirt's graceful_halt_timeout."""
+        if (obs := self.observe(cluster).get(name)) is not None and obs.state == "running":
+            self._vagrant(cluster, ["halt", name], name, timeout=600)
+
+    def keeps_state(self, cluster: str, name: str) -> bool:
+        return state_disk.attached(name)
 
     def collect_logs(self, cluster: str, dest: Path) -> list[Path]:
         src = ClusterDir(cluster).logs

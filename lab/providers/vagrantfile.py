@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import jinja2
 
 from lab import paths
-from lab.providers.base import ClusterNet, MachineSpec
+from lab.providers.base import STATE_DISK_SERIAL, ClusterNet, MachineSpec
 
 FW_CFG_MUNGE_KEY = "opt/io.systemd.credentials/slurmlab.munge_key"
 
@@ -66,6 +66,7 @@ def render(
     uri: str = "qemu:///system",
     boot_timeout: int = 600,
     munge_key_file: str | None = None,
+    state_disk_size: str = "8G",
 ) -> str:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(paths.resource())),
@@ -79,7 +80,7 @@ def render(
         raise ValueError(f"munge key path {munge_key_file!r} must not hold commas, quotes or newlines (qemu -fw_cfg)")
     nodes = [
         {"name": m.name, "cpus": m.cpus, "memory_mib": m.memory_mib, "mac": m.mac, "box": m.box,
-         "qemuargs": qemu_args(cluster, m, machines, public_key, munge_key_file)}
+         "state_disk": m.state_disk, "qemuargs": qemu_args(cluster, m, machines, public_key, munge_key_file)}
         for m in sorted(machines, key=lambda m: m.name)
     ]
     return env.get_template("Vagrantfile.j2").render(
@@ -94,4 +95,6 @@ def render(
         pool=pool,
         uri=uri,
         boot_timeout=boot_timeout,
+        state_disk_serial=STATE_DISK_SERIAL,
+        state_disk_size=state_disk_size,
     )

@@ -52,7 +52,8 @@ def test_rolling_updates_with_boto3_and_the_aws_cli(live_api):
     texts = [e["Description"] for e in c.list_cluster_events(ClusterName="demo", SortOrder="Ascending", MaxResults=100)["Events"]]
     assert any(t.startswith("UpdateClusterSoftware completed") for t in texts), texts[-10:]
 
-    # the AWS CLI, every group but the controller's (the login node), percentages
+    # the AWS CLI, every group (the login node; then the controller, last: its sim VM "has" a state disk),
+    # percentages
     out = json.loads(aws(api, "update-cluster-software", "--cluster-name", "demo", "--image-id", ID,
                          "--deployment-config", json.dumps({"RollingUpdatePolicy": {"MaximumBatchSize": {
                              "Type": "CAPACITY_PERCENTAGE", "Value": 50}}})).stdout)
@@ -60,7 +61,7 @@ def test_rolling_updates_with_boto3_and_the_aws_cli(live_api):
     wait_for(lambda: c.describe_cluster(ClusterName="demo")["ClusterStatus"] == "InService", timeout=120,
              what="the second update done")
     final = _ids(c)
-    assert final["demo-login-1"] != before["demo-login-1"] and final["demo-controller-1"] == before["demo-controller-1"]
+    assert final["demo-login-1"] != before["demo-login-1"] and final["demo-controller-1"] != before["demo-controller-1"]
     assert final["demo-compute-1"] == after["demo-compute-1"]  # already on that box: left alone
     c.delete_cluster(ClusterName="demo")
     wait_for(lambda: not c.list_clusters()["ClusterSummaries"], what="demo deleted")
@@ -74,7 +75,7 @@ def test_rolling_updates_with_boto3_and_the_aws_cli(live_api):
     ({"ImageId": "ami-00000000"}, "ImageId: 'ami-00000000' names no box of this lab"),
     ({"ImageId": "centos"}, "ImageId"),
     ({"InstanceGroups": [{"InstanceGroupName": "ghost"}]}, "InstanceGroups[0].InstanceGroupName: no instance group 'ghost'"),
-    ({"InstanceGroups": [{"InstanceGroupName": "controller"}]}, "the lab does not replace the controller"),
+    ({"InstanceGroups": [{"InstanceGroupName": "controller"}]}, "demo-controller-1 has no state disk"),
 ])
 def test_bad_updates_name_the_field(api, change, says):
     api.lab.resolve_image = _resolve
@@ -99,5 +100,5 @@ def test_the_cli_shows_each_nodes_box_and_refuses_a_bad_update(api):
     login = CliRunner().invoke(app, ["describe-cluster-node", "demo", "demo-login-1", "-o", "json"]).output
     assert json.loads(login)["NodeDetails"]["Lab"]["Box"] == "slurmlab/trixie-slurm"
     bad = CliRunner().invoke(app, ["update-cluster-software", "demo", "--group", "controller"])
-    assert isinstance(bad.exception, UsageError) and "the lab does not replace the controller" in bad.exception.message
+    assert isinstance(bad.exception, UsageError) and "demo-controller-1 has no state disk" in bad.exception.message
     assert api.store.cluster("demo").status == "InService"

@@ -489,37 +489,50 @@ def _move_to_a_new_group(node: str) -> None:
     assert groups["compute"] == (2, 2) and groups["spare"] == (1, 1), groups
 
 
-def test_rolling_update_of_the_gpu_node_while_a_job_runs():
+def test_rolling_update_of_the_gpu_node_then_the_controller_while_a_job_runs():
     """Issue 12, UpdateClusterSoftware: the current box added once more under another name (`box tag`:
-    a second image), the gpu group updated to it while a job runs on compute-1. The job completes;
-    gpu-1 was drained, replaced (new InstanceId) with a VM of the new box, joined and health-checked;
-    its GPU jobs run; the cluster is InService again."""
+    a second image), the gpu group and the controller updated to it while a job runs on compute-1 and
+    another waits, held. The job completes; gpu-1 was drained, replaced (new InstanceId) with a VM of
+    the new box, joined and health-checked; then the controller, last: shut down cleanly and replaced,
+    its state disk moved to the new VM: the held job is still queued and runs once released, the
+    finished job is still in accounting, a file in the student's home is still there; GPU jobs run;
+    the cluster is InService again."""
     tagged = json.loads(sl("box", "tag", "slurmlab/trixie-slurm-next", "--output", "json", timeout=1200).stdout)
-    node, first = f"{NAME}-gpu-1", f"{NAME}-compute-1"
-    old = nodes()[node]["InstanceId"]
+    node, first, ctl = f"{NAME}-gpu-1", f"{NAME}-compute-1", f"{NAME}-controller-1"
+    old = {x: nodes()[x]["InstanceId"] for x in (node, ctl)}
+    student("echo written-before-the-update > state-disk-proof")
     job = student(f"sbatch --parsable -p dev -w {first} --wrap 'sleep 240; echo survived'").strip()
+    held = student("sbatch --parsable --hold -p dev --wrap 'cat state-disk-proof'").strip()
     deadline = time.monotonic() + 120
     while on("login", f"squeue -h -j {job} -o %T").strip() != "RUNNING" and time.monotonic() < deadline:
         time.sleep(3)
-    sl("update-cluster-software", NAME, "--group", "gpu", "--image-id", tagged["image_id"])
+    sl("update-cluster-software", NAME, "--group", "gpu", "--group", "controller", "--image-id", tagged["image_id"])
     assert describe()["ClusterStatus"] == "SystemUpdating"
-    deadline = time.monotonic() + 1800
+    deadline = time.monotonic() + 2400
     while describe()["ClusterStatus"] != "InService" and time.monotonic() < deadline:
         time.sleep(10)
     events = [e["Description"] for e in json.loads(sl("list-cluster-events", NAME, "--output", "json").stdout)["Events"]]
-    _keep("software-update-events.txt", subprocess.CompletedProcess([], 0, "\n".join(events[-25:]), ""))
-    assert any(e.startswith("UpdateClusterSoftware completed") for e in events), events[-25:]
-    assert f"{node}: passed its health check on box slurmlab/trixie-slurm-next" in events, events[-25:]
-    assert job_state(job, timeout=600) == ("COMPLETED", first)
-    after = nodes()[node]
-    assert after["InstanceStatus"]["Status"] == "Running" and after["InstanceId"] != old, after
+    _keep("software-update-events.txt", subprocess.CompletedProcess([], 0, "\n".join(events[-40:]), ""))
+    assert any(e.startswith("UpdateClusterSoftware completed") for e in events), events[-40:]
+    for x in (node, ctl):
+        assert f"{x}: passed its health check on box slurmlab/trixie-slurm-next" in events, events[-40:]
+    assert job_state(job, timeout=600) == ("COMPLETED", first)  # in accounting: the database moved too
+    after = nodes()
+    for x in (node, ctl):
+        assert after[x]["InstanceStatus"]["Status"] == "Running" and after[x]["InstanceId"] != old[x], after[x]
+    # the controller's state disk: the queued job, the student's files
+    assert on("login", f"squeue -h -j {held} -o %T").strip() == "PENDING"
+    on("login", f"sudo scontrol release {held}")
+    assert job_state(held, timeout=300)[0] == "COMPLETED"
+    assert student(f"cat slurm-{held}.out").strip() == "written-before-the-update"
     import xml.etree.ElementTree as ET
 
     conn = libvirtd.connect()
-    try:  # the VM's disk is a copy-on-write layer over the new box's volume
-        disk = ET.fromstring(conn.lookupByName(node).XMLDesc(0)).find("devices/disk/source").get("file")
-        backing = ET.fromstring(conn.storageVolLookupByPath(disk).XMLDesc(0)).findtext("backingStore/path")
-        assert "slurmlab-VAGRANTSLASH-trixie-slurm-next_vagrant_box_image" in (backing or ""), (disk, backing)
+    try:  # the VMs' disks are copy-on-write layers over the new box's volume
+        for x in (node, ctl):
+            disk = ET.fromstring(conn.lookupByName(x).XMLDesc(0)).find("devices/disk/source").get("file")
+            backing = ET.fromstring(conn.storageVolLookupByPath(disk).XMLDesc(0)).findtext("backingStore/path")
+            assert "slurmlab-VAGRANTSLASH-trixie-slurm-next_vagrant_box_image" in (backing or ""), (x, disk, backing)
     finally:
         conn.close()
     out = student("srun -p gpu --gres=gpu:1 sh -c 'echo CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES'")

@@ -96,6 +96,47 @@ def test_a_failed_check_rolls_the_batch_back_and_stops(tmp_path):
     asyncio.run(go())
 
 
+def no_state_disk(c, node):
+    return False
+
+
+def test_the_controller_goes_last_alone_shut_down_cleanly_then_replaced(tmp_path):
+    """No group named: every group, the controller's too (its sim VM "has" a state disk). The other
+    nodes first; then the controller alone: stopped cleanly (never drained: it is no Slurm node),
+    replaced with the new box, configured, health-checked; the update completes."""
+    async def go():
+        lab = SimLab(tmp_path)
+        await _ready(lab, computes=1)
+        old = lab.st.node("demo", "demo-controller-1").instance_id
+        stops = []
+        real_stop = lab.prov.stop_async
+
+        async def stop(cluster, name):
+            stops.append((name, lab.prov.observe(cluster)[name].state, [n.image for n in lab.st.nodes(cluster)]))
+            await real_stop(cluster, name)
+
+        lab.prov.stop_async = stop
+        update_software(lab.st, "demo", None, None, ID, resolve=resolve, keeps_state=lambda c, node: lab.prov.keeps_state(c.name, node))
+        op = _op(lab)
+        assert sorted(op.groups) == ["compute", "controller", "login"] and "demo-controller-1" in op.nodes
+        await lab.run_until(lambda: _op(lab).status != "InProgress", max_ticks=900)
+        assert _op(lab).status == "Completed", _op(lab).message
+        nodes = {n.name: n for n in lab.st.nodes("demo")}
+        assert all(n.image == NEXT and n.phase == "running" for n in nodes.values()), nodes
+        assert nodes["demo-controller-1"].instance_id != old
+        # stopped once, while it still ran, after every other node was on the new box
+        assert [(x, state) for x, state, _ in stops] == [("demo-controller-1", "running")]
+        assert stops[0][2] == [NEXT] * 3  # the others done (the controller's own image is set as its replace starts)
+        assert "demo-controller-1" not in {x for c in lab.conf.calls if c[0] == "leave" for x in c[1]}
+        checks = [c[1] for c in lab.conf.calls if c[0] == "health_check"]
+        assert checks[-1] == ("demo-controller-1",)
+        texts = [e["Description"] for e in clusters.list_events(lab.st, "demo", OperationId=_op(lab).id)]
+        assert any("demo-controller-1 to box slurmlab/trixie-slurm-next (the controller, last" in t for t in texts), texts
+        await lab.finish()
+
+    asyncio.run(go())
+
+
 def test_bad_updates_change_nothing(tmp_path):
     async def go():
         lab = SimLab(tmp_path)
@@ -104,17 +145,18 @@ def test_bad_updates_change_nothing(tmp_path):
         policy = lambda kind, v: {"RollingUpdatePolicy": {"MaximumBatchSize": {"Type": kind, "Value": v}}}  # noqa: E731
         for args, words in [
             ((["nope"], None, ID), "InstanceGroups[0].InstanceGroupName: no instance group 'nope'"),
-            ((["controller"], None, ID), "the lab does not replace the controller"),
+            ((["controller"], None, ID), "demo-controller-1 has no state disk"),
             ((["compute"], policy("INSTANCE_COUNT", 3), ID), "Value: 3 is above the 2 node(s) to update"),
             ((["compute"], policy("INSTANCE_COUNT", 0), ID), "must be a whole number >= 1"),
             ((["compute"], policy("CAPACITY_PERCENTAGE", 150), ID), "150% is above 100%"),
             ((["compute"], None, "ami-00000000"), "ImageId: 'ami-00000000' names no box"),
         ]:
             with pytest.raises(UsageError) as e:
-                update_software(lab.st, "demo", *args, resolve=resolve)
+                update_software(lab.st, "demo", *args, resolve=resolve, keeps_state=no_state_disk)
             assert words in str(e.value), str(e.value)
         assert (lab.st.nodes("demo"), lab.st.operations("demo"), lab.st.cluster("demo").status) == before
-        update_software(lab.st, "demo", None, None, "ami-0123456789abcdef0", resolve=resolve)
+        # no state disk (a cluster made before it): every group but the controller's
+        update_software(lab.st, "demo", None, None, "ami-0123456789abcdef0", resolve=resolve, keeps_state=no_state_disk)
         with pytest.raises(Conflict):
             update_software(lab.st, "demo", None, None, "ami-0123456789abcdef0", resolve=resolve)
         assert _op(lab).groups == ["compute", "login"] and "demo-controller-1" not in _op(lab).nodes

@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parent / "data"
 INVENTORY = DATA / "inventory.yml"
 PLAYBOOKS = ["controller.yml", "nodes.yml", "join.yml", "leave.yml", "lifecycle.yml", "site.yml", "users.yml"]
-ROLES = ["common", "munge", "slurm_controller", "slurm_node", "nfs_server", "nfs_client", "accounting", "users"]
+ROLES = ["common", "munge", "slurm_controller", "slurm_node", "state_disk", "nfs_server", "nfs_client", "accounting",
+         "users"]
 
 RENDER_PLAY = """
 - name: Render slurmlab templates for the unit tests

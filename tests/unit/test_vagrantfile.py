@@ -11,7 +11,8 @@ def _render(**over):
     net = ClusterNet("slurmlab-demo", "slbr7", "10.213.7.0/24", "10.213.7.1")
     machines = [
         MachineSpec("demo-compute-1", "compute", 1, 768, mac_for("demo", "demo-compute-1"), "10.213.7.12", "Compute"),
-        MachineSpec("demo-controller-1", "controller", 1, 768, mac_for("demo", "demo-controller-1"), "10.213.7.10", "Controller"),
+        MachineSpec("demo-controller-1", "controller", 1, 768, mac_for("demo", "demo-controller-1"), "10.213.7.10", "Controller",
+                    state_disk="demo-state-1764600000.qcow2"),
     ]
     kw = dict(cluster="demo", box="slurmlab/trixie-slurm", machines=machines, net=net,
               private_key="/lab/clusters/demo/secrets/id_ed25519", public_key="ssh-ed25519 AAAAC3Nz slurmlab-demo",
@@ -33,6 +34,13 @@ def test_nodes_sorted_and_never_the_insecure_key():
     assert text.index('"demo-compute-1"') < text.index('"demo-controller-1"')
     assert "insert_key = false" in text
     assert "insecure_private_key" not in text
+
+
+def test_only_the_controller_has_a_state_disk_and_destroy_keeps_it():
+    text = _render()
+    ctl = text[text.index('"demo-controller-1"'):]
+    assert text.count("lv.storage ") == 1 and 'lv.storage :file, path: "demo-state-1764600000.qcow2"' in ctl
+    assert 'allow_existing: true, serial: "slurmlab-state"' in ctl  # vagrant destroy leaves it; the guest finds it
 
 
 def test_kvm_driver_has_no_emulator_wrapper():

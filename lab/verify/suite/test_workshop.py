@@ -19,6 +19,14 @@ def test_nfs_server_exports_shared_folders(cluster):
     exported = {line.split()[0] for line in cluster.out(ctl, "exportfs -s").splitlines() if line.strip()}
     missing = set(SHARED) - exported
     assert not missing, f"{ctl} does not export {sorted(missing)} (exportfs -s: {sorted(exported)})"
+    # with a state disk (docs/adr/0007), what the controller shares lives on it: a new VM finds it
+    script = ("[ -b /dev/disk/by-id/virtio-slurmlab-state ] || { echo no-state-disk; exit 0; }; for p in "
+              + " ".join(SHARED) + "; do findmnt -n -o SOURCE --target \"$p\" | tail -n 1; done")
+    sources = cluster.out(ctl, script).split()
+    if sources != ["no-state-disk"]:
+        off = [p for p, src in zip(SHARED, sources) if not src.endswith(f"[/{p.strip('/')}]")]
+        assert not off and len(sources) == len(SHARED), \
+            f"{ctl} has a state disk but shares {off or SHARED} from elsewhere (findmnt: {sources})"
 
 
 def test_shared_folders_mounted(cluster, non_controller):
