@@ -133,6 +133,7 @@ class Rolling:
                     self.store.update_node(cluster, x, pending="replace", image=targets.get(x),
                                            message=f"SystemUpdating: its VM is replaced with box {targets.get(x)}; "
                                                    "/home, /fsx, Slurm's state and accounting stay on its state disk")
+                    self._dirty.add(cluster)  # its new box goes into the Vagrantfile before the launch
                 else:
                     self.store.update_node(cluster, x, pending=UPDATE_DRAIN, message=message.format(targets.get(x)))
 

@@ -116,6 +116,18 @@ def test_the_controller_goes_last_alone_shut_down_cleanly_then_replaced(tmp_path
             await real_stop(cluster, name)
 
         lab.prov.stop_async = stop
+        prepared, launched = {}, []  # the Vagrantfile's box per machine (prepare), what it was at each launch
+        real_prepare, real_ensure = lab.prov.prepare_async, lab.prov.ensure_async
+
+        async def prepare(cluster, machines, *args):
+            prepared.update({m.name: m.box for m in machines})
+            return await real_prepare(cluster, machines, *args)
+
+        async def ensure(cluster, machine):
+            launched.append((machine.name, prepared.get(machine.name)))
+            return await real_ensure(cluster, machine)
+
+        lab.prov.prepare_async, lab.prov.ensure_async = prepare, ensure
         update_software(lab.st, "demo", None, None, ID, resolve=resolve, keeps_state=lambda c, node: lab.prov.keeps_state(c.name, node))
         op = _op(lab)
         assert sorted(op.groups) == ["compute", "controller", "login"] and "demo-controller-1" in op.nodes
@@ -128,6 +140,8 @@ def test_the_controller_goes_last_alone_shut_down_cleanly_then_replaced(tmp_path
         assert [(x, state) for x, state, _ in stops] == [("demo-controller-1", "running")]
         assert stops[0][2] == [NEXT] * 3  # the others done (the controller's own image is set as its replace starts)
         assert "demo-controller-1" not in {x for c in lab.conf.calls if c[0] == "leave" for x in c[1]}
+        # the real provider launches from the Vagrantfile: it named the new box before each relaunch
+        assert launched and all(box == NEXT for _, box in launched), launched
         checks = [c[1] for c in lab.conf.calls if c[0] == "health_check"]
         assert checks[-1] == ("demo-controller-1",)
         texts = [e["Description"] for e in clusters.list_events(lab.st, "demo", OperationId=_op(lab).id)]
