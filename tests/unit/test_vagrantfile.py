@@ -213,3 +213,71 @@ def test_a_vagrant_still_running_on_a_machine_is_found(tmp_path):
         assert stale_vagrants(tmp_path / "elsewhere", "demo-compute-1") == []  # another cluster's folder
     finally:
         kill_group(p.pid, grace=2, wait=p)
+
+
+class _Vol:
+    def __init__(self, name, gone):
+        self._name, self._gone = name, gone
+
+    def name(self):
+        return self._name
+
+    def delete(self, flags):
+        self._gone.append(self._name)
+
+
+def _fake_libvirt(monkeypatch, volumes, domains):
+    import libvirt
+
+    from lab.host import libvirtd
+
+    gone = []
+
+    class Pool:
+        def refresh(self, flags):
+            pass
+
+        def listAllVolumes(self):
+            return [_Vol(v, gone) for v in volumes]
+
+    class Dom:
+        def __init__(self, xml):
+            self.xml = xml
+
+        def XMLDesc(self, flags):
+            return self.xml
+
+    class Conn:
+        def storagePoolLookupByName(self, name):
+            return Pool()
+
+        def lookupByName(self, name):
+            if name not in domains:
+                raise libvirt.libvirtError("no domain")
+            return Dom(domains[name])
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(libvirtd, "connect", Conn)
+    return gone
+
+
+def test_a_clusters_state_disk_goes_with_it_and_no_other(monkeypatch):
+    from lab.providers import state_disk
+
+    gone = _fake_libvirt(monkeypatch, ["demo-state-1764600000.qcow2", "demo-b-state-1764600000.qcow2",
+                                       "demo-controller-1.img", "demo-state-x.qcow2"], {})
+    assert state_disk.delete_volumes("demo") == ["volume demo-state-1764600000.qcow2"]
+    assert gone == ["demo-state-1764600000.qcow2"]
+
+
+def test_keeps_state_asks_libvirt_for_the_disk_with_the_serial(monkeypatch):
+    from lab.providers import state_disk
+
+    with_disk = ("<domain><devices><disk device='disk'><source file='/p/c.img'/></disk><disk device='disk'>"
+                 "<source file='/p/demo-state-1.qcow2'/><serial>slurmlab-state</serial></disk></devices></domain>")
+    _fake_libvirt(monkeypatch, [], {"new-controller-1": with_disk,
+                                    "old-controller-1": "<domain><devices><disk device='disk'/></devices></domain>"})
+    assert state_disk.attached("new-controller-1") and not state_disk.attached("old-controller-1")
+    assert not state_disk.attached("gone-controller-1")
