@@ -22,6 +22,7 @@ class FakeProvider(Provider):
         self.launched: list[str] = []
         self.rebooted: list[str] = []
         self.removed: list[str] = []
+        self.saved: dict[tuple[str, str], tuple[dict, dict]] = {}  # checkpoints
         self.lock = threading.Lock()
 
     def preflight(self):
@@ -70,6 +71,21 @@ class FakeProvider(Provider):
     def collect_logs(self, cluster, dest):
         return []
 
+    def checkpoint(self, cluster, tag, record):
+        self.saved[(cluster, tag)] = (record, dict(self.vms.get(cluster, {})))
+        return {"tag": tag, "created": 0.0, "size": 0, "nodes": sorted(self.vms.get(cluster, {})), "timings": {}}
+
+    def restore(self, cluster, tag):
+        record, vms = self.saved[(cluster, tag)]
+        self.vms[cluster] = dict(vms)
+        return {"record": record, "timings": {}}
+
+    def checkpoints(self, cluster):
+        return [{"tag": t, "created": 0.0, "size": 0, "nodes": []} for (c, t) in self.saved if c == cluster]
+
+    def delete_checkpoint(self, cluster, tag):
+        self.saved.pop((cluster, tag))
+
 
 class FakeConfigurer(Configurer):
     def __init__(self):
@@ -79,6 +95,10 @@ class FakeConfigurer(Configurer):
 
     def context(self, cluster, groups, nodes):
         return ClusterContext(cluster.name, groups, nodes, ssh_key=None, munge_key=None, ssh_executable="ssh")
+
+    def set_clocks(self, ctx):
+        self.calls.append(("set_clocks",))
+        return {}
 
     def health_check(self, ctx, targets, op_id, faults):
         self.calls.append(("health_check", tuple(targets)))

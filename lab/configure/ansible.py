@@ -55,6 +55,11 @@ class AnsibleConfigurer(Configurer):
 
         return health.run(ctx, targets, op_id)
 
+    def set_clocks(self, ctx: ClusterContext) -> dict[str, str]:
+        from lab.configure import clock
+
+        return clock.set_all(ctx)
+
     def leave(self, ctx: ClusterContext, names: list[str]) -> PlaybookResult:
         controller = next(n.name for n in ctx.nodes if any(g.name == n.grp and g.node_type == "Controller" for g in ctx.groups))
         return self._run(ctx, "leave.yml", limit=[controller, *names], extravars={"slurmlab_leaving": names})

@@ -59,6 +59,14 @@ class Configurer(ABC):
         nodes; node -> what failed ("Check: why"; empty: passed). `op_id` names the run (its Slurm
         maintenance reservation); `faults` are the lab's injected faults (a simulation may use them)."""
 
+    @abstractmethod
+    def set_clocks(self, ctx: ClusterContext | None) -> dict[str, str]:
+        """Set every running node's clock to the host's now (after a checkpoint restore the guests run
+        on from the checkpoint's time: munge refuses credentials 5 minutes off); node -> what failed."""
+
+    async def set_clocks_async(self, ctx: ClusterContext | None) -> dict[str, str]:
+        return await in_thread(_cluster(ctx), self.set_clocks, ctx)
+
     async def configure_async(self, ctx: ClusterContext | None, node: str, node_type: str) -> list | None:
         return await in_thread(_cluster(ctx), self.configure, ctx, node, node_type)
 

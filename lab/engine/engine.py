@@ -27,6 +27,7 @@ from lab.configure.base import ConfigureError, Configurer
 from lab.configure.inventory import ClusterContext
 from lab.engine import plan as planner
 from lab.engine.actions import ACTIONS, Actions
+from lab.engine.checkpointing import Checkpointing
 from lab.engine.bookkeeping import (  # noqa: F401 - re-exported for bench/ and tests (instance_id, backoff)
     BACKOFF_BASE, BACKOFF_MAX, SCALING, Bookkeeping, backoff, instance_id)
 from lab.engine.plan import JOIN_MAX_WAIT_S, JOIN_QUIET_S, LEGACY_ATTEMPTS, Action
@@ -51,7 +52,7 @@ def _task_key(a: Action) -> str:
     return a.node or a.kind
 
 
-class Engine(Bookkeeping, Actions, Rolling):
+class Engine(Bookkeeping, Actions, Rolling, Checkpointing):
     """`Engine(store, provider, configurer)` builds every cluster with that pair (the tests' form).
     `providers` / `configurers` map provider names (ClusterRow.provider) to objects; the factories
     make one on first use for a name not mapped (the daemon passes `make_provider`/`make_configurer`).
@@ -168,6 +169,9 @@ class Engine(Bookkeeping, Actions, Rolling):
                 self._unusable.add(name)
                 self.store.add_event(name, "Cluster", "Error", f"cluster {name}: provider {c.provider!r} unusable: {e}")
             return
+        self._ops[name] = [op for op in self.store.operations(name, "InProgress")] if c.status != "Deleting" else []
+        if self._checkpoint_pending(c):
+            return  # a checkpoint or restore has the cluster (lab/engine/checkpoints.py)
         observed: dict[str, str] = {}
         if self.sight.waiting(name):
             return
@@ -185,7 +189,6 @@ class Engine(Bookkeeping, Actions, Rolling):
                          max_attempts=self.max_attempts, join_quiet_s=self.join_quiet_s,
                          join_max_wait_s=self.join_max_wait_s,
                          boot_slots=self.boot_slots.get(c.provider))
-        self._ops[name] = [op for op in self.store.operations(name, "InProgress")] if c.status != "Deleting" else []
         self._statuses(c, groups, nodes, p)
         self._software(c, gmap, nodes)
         self._disk_marks(name, nodes, seen, p)

@@ -92,6 +92,10 @@ class LaunchError(Exception):
         return not self.transient
 
 
+class CheckpointError(Exception):
+    """A checkpoint could not be taken, listed or put back; the message says why and what to do."""
+
+
 class ProviderUnreachable(Exception):
     """The hypervisor cannot be asked at all (libvirtd stopped, its socket gone): nothing is known of
     the cluster's VMs. `observe` raises it; the engine then acts on nothing for that cluster, marks its
@@ -201,6 +205,26 @@ class Provider(ABC):
     def collect_logs(self, cluster: str, dest: Path) -> list[Path]:
         """Copy the cluster's provider logs into `dest`."""
 
+    @abstractmethod
+    def checkpoint(self, cluster: str, tag: str, record: dict) -> dict:
+        """Save every VM of the cluster at one moment (memory and disks) as checkpoint `tag`, with
+        `record` (the engine's rows of the cluster); the VMs run on. Returns {tag, created, size,
+        timings}. Raises lab.providers.checkpoint.CheckpointError (a duplicate tag, no room)."""
+
+    @abstractmethod
+    def restore(self, cluster: str, tag: str) -> dict:
+        """Put every VM back as checkpoint `tag` has it (VMs added since go, removed ones come back,
+        each with its memory: no boot); returns {record, timings}. The guests' clocks are the
+        checkpoint's: the configurer sets them."""
+
+    @abstractmethod
+    def checkpoints(self, cluster: str) -> list[dict]:
+        """The cluster's checkpoints, oldest first: {tag, created, size, nodes}."""
+
+    @abstractmethod
+    def delete_checkpoint(self, cluster: str, tag: str) -> None:
+        """Remove one checkpoint (CheckpointError if there is none of that tag)."""
+
     def stop(self, cluster: str, name: str) -> None:
         """Shut the VM down cleanly (its guest flushes its disks), if it runs; the VM stays defined."""
 
@@ -231,7 +255,13 @@ class Provider(ABC):
     async def stop_async(self, cluster: str, name: str) -> None:
         return await in_thread(cluster, self.stop, cluster, name)
 
+    async def checkpoint_async(self, cluster: str, tag: str, record: dict) -> dict:
+        return await in_thread(cluster, self.checkpoint, cluster, tag, record)
+
+    async def restore_async(self, cluster: str, tag: str) -> dict:
+        return await in_thread(cluster, self.restore, cluster, tag)
+
 
 # The engine's coroutine face, and the blocking methods behind it (tests check both providers).
 ENGINE_METHODS = ("allocate", "prepare_async", "observe_async", "ensure_async", "reboot_async", "remove_async",
-                  "delete_cluster_async", "stop_async")
+                  "delete_cluster_async", "stop_async", "checkpoint_async", "restore_async")

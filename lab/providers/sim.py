@@ -33,6 +33,7 @@ from pathlib import Path
 from lab.capacity import health_faults
 from lab.configure.base import Configurer
 from lab.providers.base import LaunchError, MachineSpec, Observed, Provider, mac_for
+from lab.providers.sim_checkpoints import SimCheckpoints
 from lab.workspace import ClusterDir
 
 ID_PREFIX = "i-"  # as HyperPod's: a strict client checks ids against the model's pattern
@@ -93,10 +94,12 @@ class SimVM:
     boots: int = 1
 
 
-class SimProvider(Provider):
+class SimProvider(SimCheckpoints, Provider):
     """Simulated VMs (the whole Provider contract). The engine's coroutine twins (`*_async`) run on
     its loop: quick record changes, and boots that wait on `sleep` (virtual time in tests), so
     thousands of simulated boots cost no thread. The blocking methods wait on wall time."""
+
+    VM = SimVM
 
     name = "sim"
     id_prefix = ID_PREFIX
@@ -323,6 +326,13 @@ class SimConfigurer(Configurer):
         self.calls.append(("health_check", tuple(targets)))
         await self.sleep(self.health_time)
         return health_faults(faults, op_id, targets)
+
+    def set_clocks(self, ctx) -> dict[str, str]:
+        self.calls.append(("set_clocks",))
+        return {}
+
+    async def set_clocks_async(self, ctx) -> dict[str, str]:
+        return self.set_clocks(ctx)
 
     def health_check(self, ctx, targets: dict[str, list[str]], op_id: str, faults: dict) -> dict:
         self.calls.append(("health_check", tuple(targets)))

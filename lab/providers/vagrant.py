@@ -17,10 +17,12 @@ from pathlib import Path
 
 from lab import paths, secrets
 from lab.host import kvm, libvirtd, mode
-from lab.providers import disk, network, priority, state_disk
+from lab.providers import checkpoint, disk, network, priority, state_disk
 from lab.providers.base import DISK_FULL, ClusterNet, LaunchError, MachineSpec, Observed, Provider, ProviderUnreachable, mac_for
 from lab.providers.vagrantfile import render
-from lab.providers.watch import STATE_NAMES, end_group, stopped_while_booting, wait_or_ready
+from lab.providers.domains import cluster_of as _cluster_of
+from lab.providers.domains import purge as _purge_domain
+from lab.providers.watch import STATE_NAMES, end_group, stale_vagrants, stopped_while_booting, wait_or_ready
 from lab.osutil import atomic_write, kill_group
 from lab.workspace import ClusterDir
 
@@ -301,6 +303,7 @@ class VagrantProvider(Provider):
             _purge_domain(n)
             removed.append(f"domain {n}")
         removed += state_disk.delete_volumes(cluster)
+        removed += checkpoint.delete_all(cluster)
         if network.remove(cluster):
             removed.append(f"network {network.net_name(cluster)}")
         libvirtd.prune_box_volumes(self.box)
@@ -308,6 +311,18 @@ class VagrantProvider(Provider):
         cd.remove()
         self._machines.pop(cluster, None)
         return removed
+
+    def checkpoint(self, cluster: str, tag: str, record: dict) -> dict:
+        return checkpoint.take(cluster, tag, record)
+
+    def restore(self, cluster: str, tag: str) -> dict:
+        return checkpoint.restore(cluster, tag)
+
+    def checkpoints(self, cluster: str) -> list[dict]:
+        return checkpoint.summaries(cluster)
+
+    def delete_checkpoint(self, cluster: str, tag: str) -> None:
+        checkpoint.delete(cluster, tag)
 
     def stop(self, cluster: str, name: str) -> None:
         """`vagrant halt NAME`: the guest shuts down (services stop, disks are flushed); forced after
@@ -332,56 +347,3 @@ def credentials_dir(cluster: str) -> Path:
     """Secrets qemu hands to the cluster's VMs (fw_cfg): a folder only the qemu user can read,
     under the libvirt folder (qemu may not reach $SLURMLAB_HOME). Removed with the cluster."""
     return paths.libvirt_dir() / "credentials" / cluster
-
-
-def _cluster_of(dom) -> str | None:
-    """The cluster a domain belongs to, from the description slurmlab's Vagrantfile sets."""
-    import xml.etree.ElementTree as ET
-
-    try:
-        desc = ET.fromstring(dom.XMLDesc(0)).findtext("description") or ""
-    except Exception:  # noqa: BLE001 - a domain vanishing mid-listing
-        return None
-    prefix = "slurmlab cluster="
-    return desc[len(prefix):].strip() if desc.startswith(prefix) else None
-
-
-def _purge_domain(name: str) -> None:
-    """Make sure neither the domain nor its volumes remain (after vagrant destroy, or instead of it)."""
-    import libvirt
-
-    conn = libvirtd.connect()
-    try:
-        try:
-            dom = conn.lookupByName(name)
-            if dom.isActive():
-                dom.destroy()
-            dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_NVRAM | libvirt.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE)
-        except libvirt.libvirtError:
-            pass
-        try:
-            pool = conn.storagePoolLookupByName(libvirtd.POOL)
-            pool.refresh(0)
-            for vol in pool.listAllVolumes():
-                if vol.name() == f"{name}.img" or vol.name().startswith(f"{name}-"):
-                    vol.delete(0)
-        except libvirt.libvirtError:
-            pass
-    finally:
-        conn.close()
-
-
-def stale_vagrants(root: Path, machine: str) -> list[int]:
-    """PIDs of vagrant commands on `machine` still running in the cluster's folder `root` (each is the
-    leader of its own process group: `_vagrant` starts them in a new session)."""
-    want, found = str(Path(root).resolve()), []
-    for d in Path("/proc").glob("[0-9]*"):
-        try:
-            args = (d / "cmdline").read_bytes().split(b"\0")
-            if len(args) < 3 or not any(a.endswith(b"/vagrant") for a in args[:2]) or machine.encode() not in args:
-                continue
-            if os.readlink(d / "cwd") == want and os.getpgid(int(d.name)) == int(d.name):
-                found.append(int(d.name))
-        except (OSError, ValueError):
-            continue
-    return found

@@ -5,8 +5,10 @@ wait for an IP address until its boot_timeout)."""
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from lab.host import libvirtd
 from lab.osutil import kill_group
@@ -77,3 +79,19 @@ def stopped_while_booting(name: str, state: Callable[[str], str | None] = domain
 def end_group(proc) -> None:
     """SIGTERM a vagrant process group we started; SIGKILL it if it lingers."""
     kill_group(proc.pid, grace=20.0, wait=proc)
+
+
+def stale_vagrants(root: Path, machine: str) -> list[int]:
+    """PIDs of vagrant commands on `machine` still running in the cluster's folder `root` (each is the
+    leader of its own process group: `_vagrant` starts them in a new session)."""
+    want, found = str(Path(root).resolve()), []
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            args = (d / "cmdline").read_bytes().split(b"\0")
+            if len(args) < 3 or not any(a.endswith(b"/vagrant") for a in args[:2]) or machine.encode() not in args:
+                continue
+            if os.readlink(d / "cwd") == want and os.getpgid(int(d.name)) == int(d.name):
+                found.append(int(d.name))
+        except (OSError, ValueError):
+            continue
+    return found

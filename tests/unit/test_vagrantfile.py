@@ -198,7 +198,7 @@ def test_a_vagrant_still_running_on_a_machine_is_found(tmp_path):
     import time
 
     from lab.osutil import kill_group
-    from lab.providers.vagrant import stale_vagrants
+    from lab.providers.watch import stale_vagrants
 
     fake = tmp_path / "vagrant"
     fake.write_text("#!/bin/sh\nsleep 300\n")

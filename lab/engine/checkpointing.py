@@ -1,0 +1,85 @@
+"""Checkpoints and restores on the engine (a mixin of lab.engine.engine.Engine; the requests:
+lab/engine/checkpoints.py). A checkpoint or restore asked for has the cluster: the engine plans nothing
+else for it (the VMs vanish for seconds while libvirt saves them, which the planner would take for
+lost VMs) and starts it once no other task of the cluster is in flight.
+
+A checkpoint keeps the engine's record of the cluster (its row, groups and nodes) with the provider's
+VMs, so that after a restore the engine, the VMs and Slurm agree; the configurer then sets every
+guest's clock to now.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+
+from lab.providers.base import CheckpointError
+from lab.store.db import ClusterRow, GroupRow, NodeRow, Store
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT, RESTORE = "Checkpoint", "RestoreCheckpoint"
+KINDS = (CHECKPOINT, RESTORE)
+
+
+def record_of(st: Store, name: str) -> dict:
+    """The engine's rows of the cluster, as a checkpoint keeps them."""
+    c, groups, nodes = st.snapshot(name)
+    return {"cluster": {"status": c.status, "spec": c.spec, "in_service_at": c.in_service_at,
+                        "full_size_at": c.full_size_at},
+            "groups": [dataclasses.asdict(g) for g in groups], "nodes": [dataclasses.asdict(n) for n in nodes]}
+
+
+def put_record(st: Store, name: str, record: dict) -> None:
+    """The cluster's groups and nodes as the checkpoint has them (one transaction)."""
+    with st.tx():
+        st.update_cluster(name, **record["cluster"])
+        keep = {g["name"] for g in record["groups"]}
+        for g in st.groups(name):
+            if g.name not in keep:
+                st.delete_group(name, g.name)
+        for g in record["groups"]:
+            st.put_group(GroupRow(**g))
+        st.delete_nodes(name)
+        for n in record["nodes"]:
+            st.add_node(NodeRow(**n))
+
+
+class Checkpointing:
+    def _checkpoint_pending(self, c: ClusterRow) -> bool:
+        """A checkpoint or restore of the cluster is asked for or under way: the engine plans nothing
+        else for it this pass; it starts the task once no other task of the cluster is in flight."""
+        op = next((o for o in self._ops.get(c.name) or () if o.kind in KINDS), None)
+        if op is None:
+            return False
+        mine = [k for (cl, k), t in self.tasks.items() if cl == c.name and not t.done()]
+        if not mine:
+            self.tasks[(c.name, "checkpoint")] = asyncio.create_task(self._checkpoint_task(c, op),
+                                                                     name=f"{c.name}:checkpoint")
+        return True
+
+    async def _checkpoint_task(self, c: ClusterRow, op) -> None:
+        name, tag, prov = c.name, op.details["Tag"], self.provider_for(c)
+        try:
+            if op.kind == CHECKPOINT:
+                out = await prov.checkpoint_async(name, tag, record_of(self.store, name))
+                msg = (f"checkpoint {tag} taken in {out['timings'].get('total', 0)} s: {len(out['nodes'])} VM(s), "
+                       f"{out['size'] / (1 << 20):.0f} MiB" + (" (simulated)" if out.get("simulated") else ""))
+            else:
+                out = await prov.restore_async(name, tag)
+                put_record(self.store, name, out["record"])
+                self._dirty.add(name)  # the Vagrantfile follows the restored nodes
+                conf = self.configurer_for(c)
+                if conf is not None:
+                    cc, groups, nodes = self.store.snapshot(name)
+                    await conf.set_clocks_async(conf.context(cc, groups, nodes))
+                msg = f"checkpoint {tag} restored in {out['timings'].get('total', 0)} s; clocks set" + \
+                      (" (simulated)" if out.get("simulated") else "")
+        except (CheckpointError, Exception) as e:  # noqa: BLE001 - the operation says what went wrong
+            log.exception("checkpoint %s %s", name, tag)
+            self.store.finish_operation(op.id, "Failed", str(e)[:500], when=self.clock())
+            self.store.add_event(name, "Cluster", "Error", f"{op.kind} {tag} failed: {e}"[:500], operation_id=op.id)
+            return
+        self.store.finish_operation(op.id, "Completed", msg, when=self.clock())
+        self.store.add_event(name, "Cluster", "Info", msg, operation_id=op.id)

@@ -1,0 +1,52 @@
+"""The libvirt domains of a cluster: which cluster a domain belongs to (the description slurmlab's
+Vagrantfile sets), a cluster's domains, and removing one with its volumes."""
+
+from __future__ import annotations
+
+from lab.host import libvirtd
+
+
+def cluster_of(dom) -> str | None:
+    """The cluster a domain belongs to, from the description slurmlab's Vagrantfile sets."""
+    import xml.etree.ElementTree as ET
+
+    try:
+        desc = ET.fromstring(dom.XMLDesc(0)).findtext("description") or ""
+    except Exception:  # noqa: BLE001 - a domain vanishing mid-listing
+        return None
+    prefix = "slurmlab cluster="
+    return desc[len(prefix):].strip() if desc.startswith(prefix) else None
+
+
+def purge(name: str) -> None:
+    """Make sure neither the domain nor its volumes remain (after vagrant destroy, or instead of it)."""
+    import libvirt
+
+    conn = libvirtd.connect()
+    try:
+        try:
+            dom = conn.lookupByName(name)
+            if dom.isActive():
+                dom.destroy()
+            dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_NVRAM | libvirt.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE)
+        except libvirt.libvirtError:
+            pass
+        try:
+            pool = conn.storagePoolLookupByName(libvirtd.POOL)
+            pool.refresh(0)
+            for vol in pool.listAllVolumes():
+                if vol.name() == f"{name}.img" or vol.name().startswith(f"{name}-"):
+                    vol.delete(0)
+        except libvirt.libvirtError:
+            pass
+    finally:
+        conn.close()
+
+
+def of_cluster(conn, cluster: str) -> list:
+    """The cluster's domains (any state), by name."""
+    out = []
+    for dom in conn.listAllDomains():
+        if cluster_of(dom) == cluster:
+            out.append(dom)
+    return sorted(out, key=lambda d: d.name())
