@@ -8,6 +8,10 @@ and the state the console shows.
                           {"instance_types": {...}, "faults": {...}}  a capacity document (the YAML of
                                                      `--capacity`, as JSON or YAML)
                           {"Reset": true}            every type unlimited again, no injected faults
+    GET  /_lab/checkpoints?ClusterName=NAME   the cluster's checkpoints (slurmlab checkpoint list)
+    POST /_lab/checkpoints {"ClusterName": "demo", "Tag": "step-3", "Action": "Create" | "Restore" | "Delete"}
+                          Create and Restore answer {"OperationId"} at once (the engine does the work;
+                          the cluster's events say when it is done); Delete answers when it is gone
 """
 
 from __future__ import annotations
@@ -107,7 +111,61 @@ def state(lab: operations.Lab) -> dict:
                            for n in nodes]
         events = sorted(events, key=lambda e: model.timestamp(e.get("EventTime")) or 0)[-EVENTS_IN_STATE:]
         shaped["Events"] = [model.shape_named("ClusterEventSummary", e) for e in reversed(events)]
+        try:
+            shaped["Checkpoints"] = checkpoints_of(lab, c.name)
+        except Exception:  # noqa: BLE001 - the console shows the rest
+            shaped["Checkpoints"] = []
         out.append(shaped)
     return {"Time": round(time.time(), 3), "Server": {"Version": __version__, "Provider": lab.provider,
                                                       "StateDir": str(lab.store.path.parent)},
             "Clusters": out, **capacity_state(lab.store)}
+
+
+def checkpoints_of(lab: operations.Lab, name: str) -> list[dict]:
+    from lab.engine import checkpoints
+    from lab.errors import LabError
+    from lab.osutil import iso
+
+    try:
+        rows = checkpoints.listing(lab.store, name)
+    except LabError as e:
+        raise ApiError("ResourceNotFound", f"ClusterName: {e.message}") from None
+    return [{"Tag": r["tag"], "CreationTime": iso(r["created"]), "SizeBytes": r["size"], "Nodes": r["nodes"],
+             **({"Simulated": True} if r.get("simulated") else {})} for r in rows]
+
+
+def checkpoint_action(lab: operations.Lab, raw: bytes) -> dict:
+    """POST /_lab/checkpoints: Create, Restore or Delete one checkpoint of a cluster."""
+    from lab.engine import checkpoints
+    from lab.errors import LabError
+
+    try:
+        body = json.loads(raw.decode("utf-8", errors="replace") or "{}")
+    except json.JSONDecodeError:
+        raise ApiError("SerializationException", "the body is not valid JSON") from None
+    problems = []
+    if not isinstance(body, dict):
+        raise ApiError("SerializationException", "the body must be a JSON object")
+    for k in sorted(set(body) - {"ClusterName", "Tag", "Action"}):
+        problems.append(Problem((k,), "unknown field", "give ClusterName, Tag and Action"))
+    for k in ("ClusterName", "Tag"):
+        if not isinstance(body.get(k), str):
+            problems.append(Problem((k,), "missing (required)" if body.get(k) is None else "expected a string"))
+    if body.get("Action") not in ("Create", "Restore", "Delete"):
+        problems.append(Problem(("Action",), f"{body.get('Action')!r} is not Create, Restore or Delete"[:200]))
+    if problems:
+        raise model.validation_error(problems)
+    name, tag, action = body["ClusterName"], body["Tag"], body["Action"]
+    try:
+        if action == "Delete":
+            checkpoints.delete(lab.store, name, tag)
+            return {"ClusterName": name, "Tag": tag, "Deleted": True}
+        kind = checkpoints.CHECKPOINT if action == "Create" else checkpoints.RESTORE
+        op = checkpoints.request(lab.store, name, tag, kind)
+    except LabError as e:
+        from lab.api.common import lab_error
+
+        raise lab_error(e, "UpdateCluster") from None
+    lab.engine()
+    return {"ClusterName": name, "Tag": tag, "OperationId": op}
+

@@ -208,12 +208,19 @@ class Handler(BaseHTTPRequestHandler):
                 self._reply(200, labctl.state(self.server.lab), content_type="application/json")
             elif path == "/_lab/capacity":
                 self._reply(200, labctl.capacity_state(self.server.lab.store), content_type="application/json")
+            elif path == "/_lab/checkpoints":
+                from urllib.parse import parse_qs
+
+                q = parse_qs(self.path.split("?", 1)[1] if "?" in self.path else "")
+                name = (q.get("ClusterName") or [""])[0]
+                self._reply(200, {"Checkpoints": labctl.checkpoints_of(self.server.lab, name)},
+                            content_type="application/json")
             elif path == "/_lab/health":
                 self._reply(200, {"Ok": True, "Provider": self.server.lab.provider, "Pid": os.getpid()},
                             content_type="application/json")
             else:
                 raise ApiError("ResourceNotFound", f"path {path[:100]!r}: nothing here; GET / (console), /_lab/state, "
-                               "/_lab/capacity, /_lab/health; SageMaker's API is POST /", 404)
+                               "/_lab/capacity, /_lab/checkpoints, /_lab/health; SageMaker's API is POST /", 404)
         except ApiError as e:
             self._error(e)
         except Exception as e:  # noqa: BLE001
@@ -272,7 +279,10 @@ class Handler(BaseHTTPRequestHandler):
     def _lab_post(self, path: str, body: bytes) -> dict:
         if path == "/_lab/capacity":
             return labctl.set_capacity(self.server.lab.store, body, self.headers.get("Content-Type") or "")
-        raise ApiError("ResourceNotFound", f"path {path[:100]!r}: the lab's controls are POST /_lab/capacity", 404)
+        if path == "/_lab/checkpoints":
+            return labctl.checkpoint_action(self.server.lab, body)
+        raise ApiError("ResourceNotFound", f"path {path[:100]!r}: the lab's controls are POST /_lab/capacity and "
+                       "/_lab/checkpoints", 404)
 
 
 class ApiServer(ThreadingHTTPServer):

@@ -489,6 +489,46 @@ def _move_to_a_new_group(node: str) -> None:
     assert groups["compute"] == (2, 2) and groups["spare"] == (1, 1), groups
 
 
+def test_checkpoint_then_break_the_cluster_and_restore_it():
+    """Issue 14: a checkpoint of the running cluster; then the cluster broken: compute-2 scaled in,
+    slurmctld stopped, a student's file deleted. The restore puts every VM back with its memory (no
+    boot: compute-1's boot id is unchanged), compute-2 with its old InstanceId, the file, slurmctld
+    answering; srun reaches every compute node. The times go to artifacts/checkpoint-times.json
+    (bench/checkpoint_restore.py measures restore against a rebuild)."""
+    first, second = f"{NAME}-compute-1", f"{NAME}-compute-2"
+    student("echo kept-by-the-checkpoint > checkpoint-proof")
+    before = {n: v["InstanceId"] for n, v in nodes().items()}
+    boot = on(first, "cat /proc/sys/kernel/random/boot_id").strip()
+    made = json.loads(sl("checkpoint", "create", NAME, "before-break", "--output", "json", timeout=900).stdout)
+    listed = json.loads(sl("checkpoint", "list", NAME, "--output", "json").stdout)["Checkpoints"]
+    assert [c["Tag"] for c in listed] == ["before-break"] and listed[0]["SizeBytes"] > 0, listed
+    assert sorted(listed[0]["Nodes"]) == sorted(before), listed
+    dup = sl("checkpoint", "create", NAME, "before-break", check=False)
+    assert dup.returncode != 0 and "already has a checkpoint 'before-break'" in dup.stderr, dup.stderr
+
+    assert second in sl("batch-delete-cluster-nodes", NAME, second).stdout  # break it
+    sl("describe-cluster", NAME, "--wait-for", "FullSize", "--timeout", "600")
+    assert second not in nodes()
+    on("controller", "sudo systemctl stop slurmctld")
+    student("rm checkpoint-proof")
+
+    back = json.loads(sl("checkpoint", "restore", NAME, "before-break", "--output", "json", timeout=900).stdout)
+    assert {n: v["InstanceId"] for n, v in nodes().items()} == before
+    assert on(first, "cat /proc/sys/kernel/random/boot_id").strip() == boot  # its memory back, not booted
+    assert student("cat checkpoint-proof").strip() == "kept-by-the-checkpoint"
+    assert "UP" in on("login", "scontrol ping")
+    skew = abs(float(on(first, "date +%s.%N")) - time.time())
+    assert skew < 60, f"{first}'s clock is {skew:.0f} s off after the restore"
+    assert sorted(on("login", "timeout 120 srun -p dev -N2 hostname").split()) == [first, second]
+    assert on("login", "timeout 120 srun -p gpu -N1 hostname").strip() == f"{NAME}-gpu-1"
+    d = describe()
+    assert d["ClusterStatus"] == "InService", d
+    (REPO / "artifacts").mkdir(exist_ok=True)
+    (REPO / "artifacts" / "checkpoint-times.json").write_text(json.dumps(
+        {"checkpoint_s": made["Seconds"], "restore_s": back["Seconds"], "size_bytes": listed[0]["SizeBytes"],
+         "vms": len(before), "checkpoint": made["Message"], "restore": back["Message"]}, indent=2))
+
+
 def test_rolling_update_of_the_gpu_node_then_the_controller_while_a_job_runs():
     """Issue 12, UpdateClusterSoftware: the current box added once more under another name (`box tag`:
     a second image), the gpu group and the controller updated to it while a job runs on compute-1 and
@@ -550,4 +590,7 @@ def test_delete_leaves_nothing_in_libvirt():
         assert [v.name() for v in pool.listAllVolumes() if v.name().startswith(f"{NAME}-")] == []
     finally:
         conn.close()
+    from lab import paths
+
+    assert not (paths.libvirt_dir() / "checkpoints" / NAME).exists()  # its checkpoints went too
     assert not (Path(os.environ["SLURMLAB_HOME"]) / "clusters" / NAME).exists()
