@@ -1,0 +1,95 @@
+"""Benchmark: restoring a checkpoint against rebuilding the same cluster from nothing (issue 14).
+
+One run, real VMs (root, a host set up by `make up`, no other VMs running), in a private
+$SLURMLAB_HOME (a new /tmp/slurmlab-bench-ckpt-*, kept for its logs). The cluster is SPEC (default
+examples/cluster.yaml: controller, login, 2 compute).
+
+  rebuild_s     create-cluster until the cluster is at full size (every node Running, joined): what
+                "delete and create again" costs, the baseline
+  checkpoint_s  `slurmlab checkpoint create` (command to done: pause, save every VM, copy the disks,
+                resume)
+  restore_s     `slurmlab checkpoint restore` after the cluster was broken (a compute node scaled in,
+                slurmctld stopped): command to done, guest clocks set included
+  ratio         restore_s / rebuild_s (the issue's goal: <= 0.1)
+  srun_ok       `srun -N<compute nodes>` answered from every compute node after the restore
+  size_bytes    the checkpoint's files on disk
+
+Output: JSON on stdout and in bench/results/checkpoint_restore-<time>.json. The cluster is deleted at
+the end (its checkpoints with it).
+
+    sudo .venv/bin/python bench/checkpoint_restore.py [SPEC]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def say(msg: str) -> None:
+    print(f"checkpoint_restore: [{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def sl(*args, timeout=2400) -> subprocess.CompletedProcess:
+    p = subprocess.run([sys.executable, "-m", "lab", *args], capture_output=True, text=True, timeout=timeout,
+                       stdin=subprocess.DEVNULL, cwd=REPO)
+    if p.returncode != 0:
+        raise RuntimeError(f"slurmlab {' '.join(args)} exited {p.returncode}: {p.stderr[-2000:]}")
+    return p
+
+
+def main() -> None:
+    spec = Path(sys.argv[1] if len(sys.argv) > 1 else REPO / "examples" / "cluster.yaml").resolve()
+    name = yaml.safe_load(spec.read_text())["ClusterName"]
+    home = Path(tempfile.mkdtemp(prefix="slurmlab-bench-ckpt-"))
+    os.environ["SLURMLAB_HOME"] = str(home)
+    res: dict = {"spec": str(spec.relative_to(REPO) if spec.is_relative_to(REPO) else spec), "home": str(home)}
+    try:
+        t0 = time.monotonic()
+        sl("create-cluster", "--spec", str(spec), "--wait", "--wait-for", "FullSize")
+        res["rebuild_s"] = round(time.monotonic() - t0, 1)
+        say(f"built in {res['rebuild_s']} s")
+        nodes = json.loads(sl("list-cluster-nodes", name, "--output", "json").stdout)["ClusterNodeSummaries"]
+        compute = sorted(n["NodeLogicalId"] for n in nodes if n["InstanceGroupName"] == "compute")
+        t0 = time.monotonic()
+        made = json.loads(sl("checkpoint", "create", name, "bench", "--output", "json").stdout)
+        res["checkpoint_s"] = round(time.monotonic() - t0, 1)
+        res["checkpoint"] = made["Message"]
+        listed = json.loads(sl("checkpoint", "list", name, "--output", "json").stdout)["Checkpoints"]
+        res["size_bytes"] = listed[0]["SizeBytes"]
+        say(f"checkpoint in {res['checkpoint_s']} s ({res['size_bytes'] >> 20} MiB)")
+        sl("batch-delete-cluster-nodes", name, compute[-1])
+        sl("describe-cluster", name, "--wait-for", "FullSize", "--timeout", "900")
+        sl("ssh", name, "controller", "--", "sudo systemctl stop slurmctld")
+        t0 = time.monotonic()
+        back = json.loads(sl("checkpoint", "restore", name, "bench", "--output", "json").stdout)
+        res["restore_s"] = round(time.monotonic() - t0, 1)
+        res["restore"] = back["Message"]
+        out = sl("ssh", name, "login", "--", f"timeout 120 srun -p dev -N{len(compute)} hostname").stdout.split()
+        res["srun_ok"] = sorted(out) == compute
+        res["ratio"] = round(res["restore_s"] / res["rebuild_s"], 3)
+        say(f"restored in {res['restore_s']} s: ratio {res['ratio']} of the rebuild; srun across {compute}: "
+            f"{res['srun_ok']}")
+    except Exception as e:  # noqa: BLE001 - the result says what failed
+        res["error"] = str(e)[:2000]
+    finally:
+        subprocess.run([sys.executable, "-m", "lab", "delete-cluster", name], cwd=REPO, capture_output=True,
+                       timeout=900, stdin=subprocess.DEVNULL)
+        subprocess.run([sys.executable, "-m", "lab", "engine", "stop"], cwd=REPO, capture_output=True, timeout=120)
+    out = REPO / "bench" / "results" / f"checkpoint_restore-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.write_text(json.dumps(res, indent=2) + "\n")
+    print(json.dumps(res, indent=2))
+    sys.exit(1 if "error" in res else 0)
+
+
+if __name__ == "__main__":
+    main()
