@@ -14,7 +14,7 @@ all resume together. A domain the checkpoint does not have (a node added since) 
 guests' clocks are then the checkpoint's: the caller sets them (lab/configure/clock.py).
 
 Layout: `<libvirt dir>/checkpoints/<cluster>/<tag>/` (libvirt writes the memory files: the lab's home
-may be out of its reach): `meta.json` (domains: XML and disks; `store`: the engine's record), one
+may be out of its reach): `meta.json` (domains: XML and disks; `record`: the engine's record), one
 `<domain>.mem` per domain, `disks/`, and `vagrant/`, the cluster's `.vagrant/machines` (the domain
 ids `vagrant` acts on).
 """
@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import shutil
 import time
 import xml.etree.ElementTree as ET
@@ -38,7 +37,6 @@ from lab.workspace import ClusterDir
 
 log = logging.getLogger(__name__)
 
-TAG_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
 RESERVE = 1 << 30  # bytes kept free on the host's disk beyond what a checkpoint needs
 
 
