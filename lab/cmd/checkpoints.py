@@ -42,31 +42,32 @@ def _wait(name: str, op_id: str, verb: str, output: Output, timeout: float = 180
     raise LabError(f"the {verb} did not finish within {timeout:.0f} s", f"slurmlab list-cluster-events {name}")
 
 
-@checkpoint_app.command("create")
-def create(name: str, tag: str, output: Output = OutputOpt) -> None:
-    """Save every VM of the cluster at one moment, with the engine's record of it; the cluster runs on."""
+def _run(name: str, tag: str, kind: str, verb: str, output: Output) -> None:
     from lab.engine import checkpoints
 
-    op = checkpoints.request(store(), name, tag, checkpoints.CHECKPOINT, start_engine=True)
-    res = _wait(name, op, f"checkpoint {tag}", output)
+    op = checkpoints.request(store(), name, tag, kind, start_engine=True)
+    res = _wait(name, op, verb, output)
     if output == Output.json:
         print_json({**res, "Tag": tag})
     else:
         out.print(res["Message"], markup=False)
+
+
+@checkpoint_app.command("create")
+def create(name: str, tag: str, output: Output = OutputOpt) -> None:
+    """Save every VM of the cluster at one moment, with the engine's record of it; the cluster runs on."""
+    from lab.engine.checkpointing import CHECKPOINT
+
+    _run(name, tag, CHECKPOINT, f"checkpoint {tag}", output)
 
 
 @checkpoint_app.command("restore")
 def restore(name: str, tag: str, output: Output = OutputOpt) -> None:
     """Put the cluster back as the checkpoint has it: every VM with its memory (no boot), nodes added since
     removed, removed ones back, the guests' clocks set to now."""
-    from lab.engine import checkpoints
+    from lab.engine.checkpointing import RESTORE
 
-    op = checkpoints.request(store(), name, tag, checkpoints.RESTORE, start_engine=True)
-    res = _wait(name, op, f"restore of checkpoint {tag}", output)
-    if output == Output.json:
-        print_json({**res, "Tag": tag})
-    else:
-        out.print(res["Message"], markup=False)
+    _run(name, tag, RESTORE, f"restore of checkpoint {tag}", output)
 
 
 @checkpoint_app.command("list")
