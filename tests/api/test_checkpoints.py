@@ -4,6 +4,8 @@ console's state lists the checkpoints; bad requests name the field and change no
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.api.conftest import wait_for
@@ -65,3 +67,20 @@ def test_bad_checkpoint_requests_name_the_field(api, body, code, says):
     status, answer = api.post("/_lab/checkpoints", body)
     assert status == 400 and answer["__type"] == code and says in answer["message"], answer
     assert (api.store.nodes("demo"), api.store.operations("demo")) == before
+
+
+def test_the_cli_lists_and_refuses_bad_tags(api):
+    from typer.testing import CliRunner
+
+    from lab.cli import app
+    from lab.errors import UsageError
+
+    seed_cluster(api.store, "demo", computes=1)
+    shown = CliRunner().invoke(app, ["checkpoint", "list", "demo"]).output
+    assert "no checkpoints of demo (make one: slurmlab checkpoint create demo TAG)" in shown, shown
+    assert json.loads(CliRunner().invoke(app, ["checkpoint", "list", "demo", "-o", "json"]).output) == {"Checkpoints": []}
+    bad = CliRunner().invoke(app, ["checkpoint", "create", "demo", "Step_3"])
+    assert isinstance(bad.exception, UsageError) and "'Step_3' is not a checkpoint tag" in bad.exception.message
+    missing = CliRunner().invoke(app, ["checkpoint", "restore", "demo", "step-1"])
+    assert isinstance(missing.exception, UsageError) and "has no checkpoint 'step-1'" in missing.exception.message
+    assert [o.kind for o in api.store.operations("demo")] == ["CreateCluster"]  # nothing recorded
