@@ -14,7 +14,6 @@ import asyncio
 import dataclasses
 import logging
 
-from lab.providers.base import CheckpointError
 from lab.store.db import ClusterRow, GroupRow, NodeRow, Store
 
 log = logging.getLogger(__name__)
@@ -70,13 +69,14 @@ class Checkpointing:
                 out = await prov.restore_async(name, tag)
                 put_record(self.store, name, out["record"])
                 self._dirty.add(name)  # the Vagrantfile follows the restored nodes
-                conf = self.configurer_for(c)
+                conf, off = self.configurer_for(c), {}
                 if conf is not None:
                     cc, groups, nodes = self.store.snapshot(name)
-                    await conf.set_clocks_async(conf.context(cc, groups, nodes))
-                msg = f"checkpoint {tag} restored in {out['timings'].get('total', 0)} s; clocks set" + \
-                      (" (simulated)" if out.get("simulated") else "")
-        except (CheckpointError, Exception) as e:  # noqa: BLE001 - the operation says what went wrong
+                    off = await conf.set_clocks_async(conf.context(cc, groups, nodes)) or {}
+                msg = (f"checkpoint {tag} restored in {out['timings'].get('total', 0)} s; clocks set"
+                       + (f" except on {', '.join(f'{k} ({v})' for k, v in sorted(off.items()))}" if off else "")
+                       + (" (simulated)" if out.get("simulated") else ""))
+        except Exception as e:  # noqa: BLE001 - CheckpointError and the provider's others: the operation says why
             log.exception("checkpoint %s %s", name, tag)
             self.store.finish_operation(op.id, "Failed", str(e)[:500], when=self.clock())
             self.store.add_event(name, "Cluster", "Error", f"{op.kind} {tag} failed: {e}"[:500], operation_id=op.id)

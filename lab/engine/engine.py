@@ -27,9 +27,9 @@ from lab.configure.base import ConfigureError, Configurer
 from lab.configure.inventory import ClusterContext
 from lab.engine import plan as planner
 from lab.engine.actions import ACTIONS, Actions
-from lab.engine.checkpointing import Checkpointing
 from lab.engine.bookkeeping import (  # noqa: F401 - re-exported for bench/ and tests (instance_id, backoff)
     BACKOFF_BASE, BACKOFF_MAX, SCALING, Bookkeeping, backoff, instance_id)
+from lab.engine.checkpointing import Checkpointing
 from lab.engine.plan import JOIN_MAX_WAIT_S, JOIN_QUIET_S, LEGACY_ATTEMPTS, Action
 from lab.engine.rolling import Rolling
 from lab.engine.sight import Sight
@@ -171,7 +171,7 @@ class Engine(Bookkeeping, Actions, Rolling, Checkpointing):
             return
         self._ops[name] = [op for op in self.store.operations(name, "InProgress")] if c.status != "Deleting" else []
         if self._checkpoint_pending(c):
-            return  # a checkpoint or restore has the cluster (lab/engine/checkpoints.py)
+            return  # a checkpoint or restore has the cluster (lab/engine/checkpointing.py)
         observed: dict[str, str] = {}
         if self.sight.waiting(name):
             return

@@ -111,3 +111,24 @@ def test_bad_checkpoint_requests_change_nothing(tmp_path, lab_home):
         await lab.finish()
 
     asyncio.run(go())
+
+
+def test_a_node_whose_clock_could_not_be_set_is_named(tmp_path, lab_home):
+    async def go():
+        lab = SimLab(tmp_path)
+        lab.create(spec_text(computes=1))
+        await lab.run_until(lambda: lab.full())
+        _ask(lab, "one")
+        await _done(lab, "Checkpoint")
+
+        async def clocks(ctx):
+            return {"demo-compute-1": "ssh exit 255: connection refused"}
+
+        lab.conf.set_clocks_async = clocks
+        _ask(lab, "one", RESTORE)
+        op = await _done(lab, RESTORE)
+        assert op.status == "Completed"
+        assert "clocks set except on demo-compute-1 (ssh exit 255: connection refused)" in op.message, op.message
+        await lab.finish()
+
+    asyncio.run(go())
