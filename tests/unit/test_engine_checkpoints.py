@@ -15,6 +15,16 @@ from lab.errors import Conflict, UsageError
 from tests.simlab import SimLab, spec_text
 
 
+async def _with_checkpoint(tmp_path, tag):
+    """A running one-compute cluster with checkpoint `tag` taken."""
+    lab = SimLab(tmp_path)
+    lab.create(spec_text(computes=1))
+    await lab.run_until(lambda: lab.full())
+    _ask(lab, tag)
+    await _done(lab, "Checkpoint")
+    return lab
+
+
 def _op(lab, kind):
     return [o for o in lab.st.operations("demo") if o.kind == kind][-1]
 
@@ -86,11 +96,7 @@ def test_a_group_short_of_capacity_is_short_again_after_a_restore(tmp_path, lab_
 
 def test_bad_checkpoint_requests_change_nothing(tmp_path, lab_home):
     async def go():
-        lab = SimLab(tmp_path)
-        lab.create(spec_text(computes=1))
-        await lab.run_until(lambda: lab.full())
-        _ask(lab, "one")
-        await _done(lab, "Checkpoint")
+        lab = await _with_checkpoint(tmp_path, "one")
         before = (lab.st.nodes("demo"), lab.st.operations("demo"), lab.prov.checkpoints("demo"))
         for tag, kind, words in [("One", "Checkpoint", "is not a checkpoint tag"),
                                  ("", "Checkpoint", "is not a checkpoint tag"),
@@ -115,11 +121,7 @@ def test_bad_checkpoint_requests_change_nothing(tmp_path, lab_home):
 
 def test_a_node_whose_clock_could_not_be_set_is_named(tmp_path, lab_home):
     async def go():
-        lab = SimLab(tmp_path)
-        lab.create(spec_text(computes=1))
-        await lab.run_until(lambda: lab.full())
-        _ask(lab, "one")
-        await _done(lab, "Checkpoint")
+        lab = await _with_checkpoint(tmp_path, "one")
 
         async def clocks(ctx):
             return {"demo-compute-1": "ssh exit 255: connection refused"}
