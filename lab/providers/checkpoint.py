@@ -152,6 +152,13 @@ def _resume_all(conn, cluster: str, saved: dict[str, str]) -> None:
                 conn.restoreFlags(path, None, libvirt.VIR_DOMAIN_SAVE_PAUSED)
         except libvirt.libvirtError as e:
             log.error("checkpoint: %s could not be restored from %s: %s", name, path, e)
+    _resume_paused(conn, cluster)
+
+
+def _resume_paused(conn, cluster: str) -> None:
+    """Every paused domain of the cluster runs again (together: one moment for the whole cluster)."""
+    import libvirt
+
     for d in domains.of_cluster(conn, cluster):
         if d.isActive() and d.info()[0] == libvirt.VIR_DOMAIN_PAUSED:
             d.resume()
@@ -238,9 +245,7 @@ def restore(cluster: str, tag: str) -> dict:
             if info.get("active", True):
                 conn.restoreFlags(str(src / f"{name}.mem"), None, libvirt.VIR_DOMAIN_SAVE_PAUSED)
         t_restored = time.monotonic()
-        for d in domains.of_cluster(conn, cluster):
-            if d.isActive() and d.info()[0] == libvirt.VIR_DOMAIN_PAUSED:
-                d.resume()
+        _resume_paused(conn, cluster)
         return {"record": meta["record"], "timings": {
             "down": round(t_down - t0, 1), "disks": round(t_disks - t_down, 1),
             "restore": round(t_restored - t_disks, 1), "total": round(time.monotonic() - t0, 1)}}

@@ -20,7 +20,7 @@ from lab.host import kvm, libvirtd, mode
 from lab.providers import checkpoint, disk, network, priority, state_disk
 from lab.providers.base import DISK_FULL, ClusterNet, LaunchError, MachineSpec, Observed, Provider, ProviderUnreachable, mac_for
 from lab.providers.vagrantfile import render
-from lab.providers.domains import cluster_of as _cluster_of
+from lab.providers import domains
 from lab.providers.domains import purge as _purge_domain
 from lab.providers.watch import STATE_NAMES, end_group, stale_vagrants, stopped_while_booting, wait_or_ready
 from lab.osutil import atomic_write, kill_group
@@ -251,12 +251,11 @@ class VagrantProvider(Provider):
             raise ProviderUnreachable(f"libvirt unreachable ({libvirtd.URI}): {e.get_error_message()}") from None
         try:
             found = {}
-            for dom in conn.listAllDomains():
-                if _cluster_of(dom) == cluster:
-                    code, reason = dom.state()
-                    state = disk.observe(dom, code, reason) or STATE_NAMES.get(code, "other")
-                    found[dom.name()] = Observed(dom.name(), state,
-                                                 details={"message": disk.message()} if state == DISK_FULL else {})
+            for dom in domains.of_cluster(conn, cluster):
+                code, reason = dom.state()
+                state = disk.observe(dom, code, reason) or STATE_NAMES.get(code, "other")
+                found[dom.name()] = Observed(dom.name(), state,
+                                             details={"message": disk.message()} if state == DISK_FULL else {})
             return found
         except libvirt.libvirtError as e:  # the connection dropped while listing (libvirtd stopped)
             raise ProviderUnreachable(f"libvirt stopped answering ({libvirtd.URI}): {e.get_error_message()}") from None
