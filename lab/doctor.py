@@ -164,7 +164,25 @@ def probes() -> list[Probe]:
         Probe("disk", "free disk", _disk,
               "free space, or point SLURMLAB_CACHE / SLURMLAB_HOME / SLURMLAB_POOL_DIR (with SLURMLAB_POOL) elsewhere"),
     ]
-    return ps
+    return ps + _host_probes()
+
+
+def _host_probes() -> list[Probe]:
+    """One probe per host `slurmlab host add` listed (not the local one: the probes above check it)."""
+    from lab.host import probe, registry
+
+    out = []
+    for h in registry.all_hosts()[1:]:
+        def check(h=h) -> tuple[bool, str]:
+            rep = probe.probe(h)
+            if not rep.ok:
+                return False, rep.problem
+            return True, (f"{h.uri} answers: {rep.memory_free_mib}/{rep.memory_total_mib} MiB free, {rep.cpus} cpus, "
+                          f"pool {rep.pool_free_gib} GiB free, box {rep.box}")
+        fix = (f"slurmlab host simulate {h.name}" if h.simulated else
+               f"start libvirtd there, or `slurmlab host remove {h.name}`; clusters are placed on the other hosts meanwhile")
+        out.append(Probe(f"host:{h.name}", f"host {h.name}", check, fix, WARNING))
+    return out
 
 
 def run_probes(selected: list[Probe] | None = None) -> list[Result]:

@@ -322,7 +322,7 @@ def update_cluster_software(
 def ssh(ctx: typer.Context, name: str, node: str = typer.Argument(..., help="node name, or a group name for its first node")) -> None:
     """Open a shell on a node (or run the command given after --), with the cluster's own key."""
     from lab.engine import clusters
-    from lab.providers.vagrant import ssh_exe
+    from lab.providers.vagrant import cluster_ssh_exe
     from lab.workspace import ClusterDir
 
     st = store()
@@ -331,7 +331,7 @@ def ssh(ctx: typer.Context, name: str, node: str = typer.Argument(..., help="nod
     match = next((n for n in nodes if n.name == node), None) or next((n for n in nodes if n.grp == node), None)
     if match is None:
         raise LabError(f"no node '{node}' in cluster {name}", f"list them: slurmlab list-cluster-nodes {name}")
-    cmd = [ssh_exe(), "-i", str(ClusterDir(name).ssh_key), "-o", "StrictHostKeyChecking=no",
+    cmd = [cluster_ssh_exe(name), "-i", str(ClusterDir(name).ssh_key), "-o", "StrictHostKeyChecking=no",
            "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", f"vagrant@{match.address}", *ctx.args]
     os.execv(cmd[0], cmd)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from lab import users
@@ -17,7 +18,9 @@ class AnsibleConfigurer(Configurer):
     """controller.yml -> nodes.yml -> join.yml (batch) ; leave.yml. controller.yml and nodes.yml end with
     lifecycle.yml (the OnCreate script)."""
 
-    def __init__(self, ssh_executable: str):
+    def __init__(self, ssh_executable: str | Callable[[str], str]):
+        """`ssh_executable`: the ssh to reach the VMs, or a function of the cluster's name giving it
+        (each host's VMs are reached from that host's namespace)."""
         self.ssh_executable = ssh_executable
 
     def context(self, cluster: ClusterRow, groups: list[GroupRow], nodes: list[NodeRow]) -> ClusterContext:
@@ -30,9 +33,12 @@ class AnsibleConfigurer(Configurer):
                 folder = src.removeprefix("file://")
                 lifecycle[g["InstanceGroupName"]] = (str(Path(folder)), lc.get("OnCreate") or "on_create.sh")
         return ClusterContext(name=cluster.name, groups=groups, nodes=nodes, ssh_key=cd.ssh_key,
-                              munge_key=cd.munge_key, ssh_executable=self.ssh_executable, lifecycle=lifecycle,
+                              munge_key=cd.munge_key, ssh_executable=self._ssh(cluster.name), lifecycle=lifecycle,
                               users=users.inventory_vars(users.load(cluster.name)),
                               gpus=group_gpus(cluster.spec, [(g.name, g.node_type, g.instance_type) for g in groups]))
+
+    def _ssh(self, cluster: str) -> str:
+        return self.ssh_executable if isinstance(self.ssh_executable, str) else self.ssh_executable(cluster)
 
     def _run(self, ctx: ClusterContext, playbook: str, **kw) -> PlaybookResult:
         return run_playbook(ctx, playbook, workdir=ClusterDir(ctx.name).root, **kw)

@@ -241,6 +241,13 @@ class Bookkeeping:
 
     def _create_node(self, c: ClusterRow, prov: Provider, g: GroupRow, ordinal: int, addresses: set[str]) -> None:
         name = f"{c.name}-{g.name}-{ordinal}"
+        if not addresses:  # the cluster's first node: its host first (its network lives there)
+            groups = self.store.groups(c.name)
+            host = prov.place(c.name, sum(x.target_count * x.memory_mib for x in groups),
+                              sum(x.target_count * x.cpus for x in groups))
+            if host:
+                self.store.add_event(c.name, "Cluster", "Info", f"cluster placed on host {host}",
+                                     operation_id=self._op_of(c.name, group=g.name))
         address, mac = prov.allocate(c.name, name, addresses, c.net_index)
         addresses.add(address)
         added = self.store.add_node(NodeRow(cluster=c.name, name=name, grp=g.name, ordinal=ordinal,

@@ -100,9 +100,9 @@ def make_configurer(name: str):
 
         return SimConfigurer()
     from lab.configure.ansible import AnsibleConfigurer
-    from lab.providers.vagrant import ssh_exe
+    from lab.providers.vagrant import cluster_ssh_exe
 
-    return AnsibleConfigurer(ssh_exe())
+    return AnsibleConfigurer(cluster_ssh_exe)
 
 
 def make_engine(st: Store):

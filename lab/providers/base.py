@@ -232,6 +232,15 @@ class Provider(ABC):
         """Whether the VM has a state disk that outlives it (a new VM of that name finds the data)."""
         return False
 
+    def place(self, cluster: str, memory_mib: int, cpus: int) -> str | None:
+        """Choose the host of a new cluster needing `memory_mib` and `cpus` in all (once: later calls
+        return the same); its name, or None when the provider has one host. Quick after the first call."""
+        return None
+
+    def host_of(self, cluster: str) -> str | None:
+        """The host the cluster was placed on (None: the provider has one host)."""
+        return None
+
     # ---------------------------------------------------------------- what the engine awaits
     async def prepare_async(self, cluster: str, machines: list[MachineSpec], preferred_index: int = 0,
                             box: str | None = None) -> Any:

@@ -3,7 +3,7 @@ Vagrantfile sets), a cluster's domains, and removing one with its volumes."""
 
 from __future__ import annotations
 
-from lab.host import libvirtd
+from lab.providers import placement
 
 
 def cluster_of(dom) -> str | None:
@@ -18,11 +18,13 @@ def cluster_of(dom) -> str | None:
     return desc[len(prefix):].strip() if desc.startswith(prefix) else None
 
 
-def purge(name: str) -> None:
-    """Make sure neither the domain nor its volumes remain (after vagrant destroy, or instead of it)."""
+def purge(cluster: str, name: str) -> None:
+    """Make sure neither the domain nor its volumes remain on the cluster's host (after vagrant
+    destroy, or instead of it)."""
     import libvirt
 
-    conn = libvirtd.connect()
+    host = placement.host_of(cluster)
+    conn = host.connect()
     try:
         try:
             dom = conn.lookupByName(name)
@@ -32,7 +34,7 @@ def purge(name: str) -> None:
         except libvirt.libvirtError:
             pass
         try:
-            pool = conn.storagePoolLookupByName(libvirtd.POOL)
+            pool = conn.storagePoolLookupByName(host.pool)
             pool.refresh(0)
             for vol in pool.listAllVolumes():
                 if vol.name() == f"{name}.img" or vol.name().startswith(f"{name}-"):

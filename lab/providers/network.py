@@ -1,6 +1,6 @@
 """A libvirt network per cluster: isolated (no route out), its own /24, static DHCP entries.
 
-It lives in the lab's namespace with libvirtd (netns mode), so its bridge and dnsmasq never touch
+It lives on the cluster's host (placement.py), in the lab's namespace with libvirtd (netns mode), so its bridge and dnsmasq never touch
 the machine's own network. Guests need nothing from outside: the box carries every package.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import ipaddress
 import xml.etree.ElementTree as ET
 
-from lab.host import libvirtd
+from lab.providers import placement
 from lab.providers.base import ClusterNet
 
 BASE = ipaddress.ip_network("10.213.0.0/16")
@@ -63,7 +63,7 @@ def _as_clusternet(net) -> ClusterNet:
 def ensure(cluster: str, preferred_index: int = 0) -> ClusterNet:
     import libvirt
 
-    conn = libvirtd.connect()
+    conn = placement.host_of(cluster).connect()
     try:
         name = net_name(cluster)
         try:
@@ -91,7 +91,7 @@ def add_host(cluster: str, mac: str, name: str, address: str) -> None:
     """Static DHCP entry (live and persistent). Idempotent."""
     import libvirt
 
-    conn = libvirtd.connect()
+    conn = placement.host_of(cluster).connect()
     try:
         net = conn.networkLookupByName(net_name(cluster))
         xml = net.XMLDesc(0)
@@ -109,7 +109,7 @@ def add_host(cluster: str, mac: str, name: str, address: str) -> None:
 def remove(cluster: str) -> bool:
     import libvirt
 
-    conn = libvirtd.connect()
+    conn = placement.host_of(cluster).connect()
     try:
         try:
             net = conn.networkLookupByName(net_name(cluster))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
-from lab.host import libvirtd
+from lab.providers import placement
 from lab.providers.base import STATE_DISK_SERIAL
 
 SIZE = "8G"  # virtual size; the qcow2 file grows with what is written
@@ -23,11 +23,11 @@ def _is_cluster_volume(cluster: str, vol: str) -> bool:
     return re.fullmatch(re.escape(cluster) + r"-state-[0-9]+\.qcow2", vol) is not None
 
 
-def attached(name: str) -> bool:
+def attached(cluster: str, name: str) -> bool:
     """Whether the domain `name` has a state disk (a cluster made before the state disk has none)."""
     import libvirt
 
-    conn = libvirtd.connect()
+    conn = placement.host_of(cluster).connect()
     try:
         try:
             xml = conn.lookupByName(name).XMLDesc(0)
@@ -43,10 +43,11 @@ def delete_volumes(cluster: str) -> list[str]:
     """Remove the cluster's state disk volumes from the pool; what was removed, for humans."""
     import libvirt
 
-    conn = libvirtd.connect()
+    host = placement.host_of(cluster)
+    conn = host.connect()
     removed = []
     try:
-        pool = conn.storagePoolLookupByName(libvirtd.POOL)
+        pool = conn.storagePoolLookupByName(host.pool)
         pool.refresh(0)
         for vol in pool.listAllVolumes():
             if _is_cluster_volume(cluster, vol.name()):

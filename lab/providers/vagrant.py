@@ -16,39 +16,47 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lab import paths, secrets
-from lab.host import kvm, libvirtd, mode
-from lab.providers import checkpoint, disk, network, priority, state_disk
-from lab.providers.base import DISK_FULL, ClusterNet, LaunchError, MachineSpec, Observed, Provider, ProviderUnreachable, mac_for
+from lab.host import kvm, libvirtd, registry
+from lab.host.registry import Host
+from lab.providers import checkpoint, disk, network, placement, priority, state_disk
+from lab.providers.base import DISK_FULL, CheckpointError, ClusterNet, LaunchError, MachineSpec, Observed, Provider, ProviderUnreachable, mac_for
 from lab.providers.vagrantfile import render
 from lab.providers import domains
 from lab.providers.domains import purge as _purge_domain
-from lab.providers.watch import STATE_NAMES, end_group, stale_vagrants, stopped_while_booting, wait_or_ready
+from lab.providers.watch import STATE_NAMES, domain_state, end_group, stale_vagrants, stopped_while_booting, wait_or_ready
 from lab.osutil import atomic_write, kill_group
 from lab.workspace import ClusterDir
 
 log = logging.getLogger(__name__)
 
 
-def _netns_wrapper(tool: str) -> str:
-    """`tool`, or in netns mode a two-line script that runs it inside the lab's namespace."""
+def _netns_wrapper(tool: str, host: Host | None = None) -> str:
+    """`tool`, or a two-line script that runs it inside the namespace where the VMs of `host` (default:
+    the local host) are reached: the lab's namespace in netns mode, a simulated host's own."""
     real = shutil.which(tool) or f"/usr/bin/{tool}"
-    if not mode.uses_netns():
+    ns = (host or registry.get(registry.LOCAL)).netns
+    if not ns:
         return real
-    w = paths.home() / "bin" / tool
-    body = f'#!/bin/sh\nexec ip netns exec {paths.netns()} {real} "$@"\n'
+    w = paths.home() / "bin" / (tool if ns == paths.netns() else f"{tool}-{ns}")
+    body = f'#!/bin/sh\nexec ip netns exec {ns} {real} "$@"\n'
     if not w.exists() or w.read_text() != body:
         atomic_write(w, body, 0o755)
     return str(w)
 
 
-def vagrant_exe() -> str:
-    """python-vagrant's executable and ours: `vagrant` inside the lab's namespace."""
-    return _netns_wrapper("vagrant")
+def vagrant_exe(host: Host | None = None) -> str:
+    """python-vagrant's executable and ours: `vagrant` inside the namespace of the VMs' host."""
+    return _netns_wrapper("vagrant", host)
 
 
-def ssh_exe() -> str:
-    """`ssh` inside the lab's namespace (Ansible's ssh_executable, `slurmlab ssh`)."""
-    return _netns_wrapper("ssh")
+def ssh_exe(host: Host | None = None) -> str:
+    """`ssh` inside the namespace of the VMs' host (Ansible's ssh_executable, `slurmlab ssh`)."""
+    return _netns_wrapper("ssh", host)
+
+
+def cluster_ssh_exe(cluster: str) -> str:
+    """`ssh` for the VMs of `cluster` (on the host it was placed on)."""
+    return ssh_exe(placement.host_of(cluster))
 
 
 # Options for every non-interactive ssh to a node (ssh keeps the first value of an option, so a
@@ -58,9 +66,9 @@ SSH_OPTS = ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/nul
 
 
 def ssh_command(cluster: str, address: str, *options: str) -> list[str]:
-    """`ssh` to vagrant@ADDRESS with the cluster's key, inside the lab's namespace; add the remote
+    """`ssh` to vagrant@ADDRESS with the cluster's key, inside the namespace of its host; add the remote
     command. `options` come first and so win over SSH_OPTS."""
-    return [ssh_exe(), "-i", str(ClusterDir(cluster).ssh_key), *options, *SSH_OPTS, f"vagrant@{address}"]
+    return [cluster_ssh_exe(cluster), "-i", str(ClusterDir(cluster).ssh_key), *options, *SSH_OPTS, f"vagrant@{address}"]
 
 
 def ssh_answers(cluster: str, address: str, connect_timeout: float = 5, timeout: float = 20) -> bool:
@@ -127,7 +135,7 @@ class VagrantProvider(Provider):
 
         cd = ClusterDir(cluster)
         logf = cd.logs / f"{logname}.log"
-        cmd = [vagrant_exe(), *args]
+        cmd = [vagrant_exe(placement.host_of(cluster)), *args]
         for pid in stale_vagrants(cd.root, logname):
             # a `vagrant up` left to finish in the background (by this engine or a killed one) that never
             # did holds vagrant's lock on the machine: every later up, reload or destroy of it fails
@@ -201,6 +209,7 @@ class VagrantProvider(Provider):
         secrets.ensure_munge_key(cd.munge_key)
         fw_munge = secrets.qemu_readable_copy(cd.munge_key, credentials_dir(cluster) / "munge.key")
         libvirtd.up()
+        host = placement.place(cluster, sum(m.memory_mib for m in machines), sum(m.cpus for m in machines))
         net = self.network(cluster, preferred_index)
         k = kvm.detect()
         with self._lock:
@@ -208,24 +217,22 @@ class VagrantProvider(Provider):
             text = render(
                 cluster=cluster, box=box or self.box, machines=list(self._machines[cluster].values()), net=net,
                 private_key=str(cd.ssh_key), public_key=pub, driver=k.driver,
-                emulator_path=None if k.usable else str(libvirtd.ensure_wrapper()), pool=libvirtd.POOL,
+                emulator_path=None if k.usable else str(libvirtd.ensure_wrapper()), pool=host.pool, uri=host.uri,
                 munge_key_file=str(fw_munge), state_disk_size=state_disk.SIZE,
             )
             if not cd.vagrantfile.exists() or cd.vagrantfile.read_text() != text:
                 atomic_write(cd.vagrantfile, text)
         return net
 
-    HOST_RESERVE_MIB = 1024
-
     def ensure(self, cluster: str, machine: MachineSpec) -> Observed:
         """Start the VM (create it if missing) and wait until it answers SSH."""
-        from lab.osutil import meminfo_mib
-
+        host = placement.host_of(cluster)
         if machine.name not in self.observe(cluster):
-            free = meminfo_mib()
-            if free - machine.memory_mib < self.HOST_RESERVE_MIB:
-                raise LaunchError(f"InsufficientCapacity: the host has {free} MiB free; {machine.name} needs "
-                                  f"{machine.memory_mib} MiB plus {self.HOST_RESERVE_MIB} MiB kept for the host",
+            room = placement.room(host)
+            if room.memory_mib < machine.memory_mib:
+                raise LaunchError(f"InsufficientCapacity: host {host.name} has {room.memory_mib} MiB free for VMs "
+                                  f"({registry.HOST_RESERVE_MIB} MiB kept for the host{', and the lab limit' if host.memory_mib else ''}); "
+                                  f"{machine.name} needs {machine.memory_mib} MiB",
                                   transient=True)  # memory frees up: retried like HyperPod's capacity shortages
             short = disk.refusal(machine.name)
             if short:
@@ -235,7 +242,7 @@ class VagrantProvider(Provider):
             priority.favor_when_started(machine.name)  # it boots first when every VM boots at once
         self._vagrant(cluster, ["up", machine.name, "--provider", "libvirt", "--no-provision"], machine.name,
                       ready=lambda: ssh_answers(cluster, machine.address, connect_timeout=3, timeout=15),
-                      abort=stopped_while_booting(machine.name))
+                      abort=stopped_while_booting(machine.name, lambda n: domain_state(n, host.connect)))
         obs = self.observe(cluster).get(machine.name)
         if not obs or obs.state != "running":
             raise LaunchError(f"{machine.name}: vagrant up returned but the domain is {obs.state if obs else 'missing'}")
@@ -245,10 +252,11 @@ class VagrantProvider(Provider):
     def observe(self, cluster: str) -> dict[str, Observed]:
         import libvirt
 
+        host = placement.host_of(cluster)
         try:
-            conn = libvirtd.connect()
+            conn = host.connect()
         except libvirt.libvirtError as e:
-            raise ProviderUnreachable(f"libvirt unreachable ({libvirtd.URI}): {e.get_error_message()}") from None
+            raise ProviderUnreachable(f"libvirt unreachable on host {host.name} ({host.uri}): {e.get_error_message()}") from None
         try:
             found = {}
             for dom in domains.of_cluster(conn, cluster):
@@ -258,7 +266,7 @@ class VagrantProvider(Provider):
                                              details={"message": disk.message()} if state == DISK_FULL else {})
             return found
         except libvirt.libvirtError as e:  # the connection dropped while listing (libvirtd stopped)
-            raise ProviderUnreachable(f"libvirt stopped answering ({libvirtd.URI}): {e.get_error_message()}") from None
+            raise ProviderUnreachable(f"libvirt stopped answering on host {host.name} ({host.uri}): {e.get_error_message()}") from None
         finally:
             with contextlib.suppress(Exception):
                 conn.close()
@@ -287,7 +295,7 @@ class VagrantProvider(Provider):
     def remove(self, cluster: str, names: list[str]) -> None:
         for name in names:
             self._destroy(cluster, name)
-            _purge_domain(name)
+            _purge_domain(cluster, name)
 
     def delete_cluster(self, cluster: str) -> list[str]:
         """Remove every domain, volume and network of the cluster, then its folder."""
@@ -299,7 +307,7 @@ class VagrantProvider(Provider):
             for n in names:
                 self._destroy(cluster, n)
         for n in names:
-            _purge_domain(n)
+            _purge_domain(cluster, n)
             removed.append(f"domain {n}")
         removed += state_disk.delete_volumes(cluster)
         removed += checkpoint.delete_all(cluster)
@@ -312,9 +320,11 @@ class VagrantProvider(Provider):
         return removed
 
     def checkpoint(self, cluster: str, tag: str, record: dict) -> dict:
+        _local_only(cluster)
         return checkpoint.take(cluster, tag, record)
 
     def restore(self, cluster: str, tag: str) -> dict:
+        _local_only(cluster)
         return checkpoint.restore(cluster, tag)
 
     def checkpoints(self, cluster: str) -> list[dict]:
@@ -329,8 +339,15 @@ class VagrantProvider(Provider):
         if (obs := self.observe(cluster).get(name)) is not None and obs.state == "running":
             self._vagrant(cluster, ["halt", name], name, timeout=600)
 
+    def place(self, cluster: str, memory_mib: int, cpus: int) -> str | None:
+        ClusterDir(cluster).create()
+        return placement.place(cluster, memory_mib, cpus).name
+
+    def host_of(self, cluster: str) -> str | None:
+        return placement.placed(cluster) or registry.LOCAL
+
     def keeps_state(self, cluster: str, name: str) -> bool:
-        return state_disk.attached(name)
+        return state_disk.attached(cluster, name)
 
     def collect_logs(self, cluster: str, dest: Path) -> list[Path]:
         src = ClusterDir(cluster).logs
@@ -340,6 +357,13 @@ class VagrantProvider(Provider):
             shutil.copy2(f, dest / f.name)
             out.append(dest / f.name)
         return out
+
+
+def _local_only(cluster: str) -> None:
+    host = placement.host_of(cluster)
+    if not host.local:
+        raise CheckpointError(f"cluster {cluster} runs on host {host.name}: checkpoints are taken and restored on the "
+                              "local host only (they are files of this machine)")
 
 
 def credentials_dir(cluster: str) -> Path:

@@ -42,12 +42,13 @@ def wait_or_ready(proc, timeout: float, ready: Callable[[], bool] | None, poll: 
             raise LaunchError(why)
 
 
-def domain_state(name: str) -> str | None:
-    """The libvirt state of a domain ("missing" when there is none; None when libvirt cannot be asked)."""
+def domain_state(name: str, connect: Callable[[], object] | None = None) -> str | None:
+    """The libvirt state of a domain ("missing" when there is none; None when libvirt cannot be asked),
+    on the host `connect` opens (default: the local one)."""
     import libvirt
 
     try:
-        conn = libvirtd.connect()
+        conn = (connect or libvirtd.connect)()
     except libvirt.libvirtError:
         return None
     try:

@@ -90,7 +90,7 @@ def test_destroying_one_node_never_takes_the_cluster_network(tmp_path, monkeypat
     prov = vagrant.VagrantProvider()
     monkeypatch.setattr(prov, "_vagrant", lambda cluster, args, logname, timeout=0: calls.append(
         (args, (state / args[-1] / "libvirt" / "created_networks").exists())))
-    monkeypatch.setattr(vagrant, "_purge_domain", lambda name: None)
+    monkeypatch.setattr(vagrant, "_purge_domain", lambda cluster, name: None)
     prov.remove("demo", ["demo-compute-2"])
     assert calls == [(["destroy", "-f", "demo-compute-2"], False)]
     assert (state / "demo-compute-1" / "libvirt" / "created_networks").exists()  # another node's file untouched
@@ -279,5 +279,5 @@ def test_keeps_state_asks_libvirt_for_the_disk_with_the_serial(monkeypatch):
                  "<source file='/p/demo-state-1.qcow2'/><serial>slurmlab-state</serial></disk></devices></domain>")
     _fake_libvirt(monkeypatch, [], {"new-controller-1": with_disk,
                                     "old-controller-1": "<domain><devices><disk device='disk'/></devices></domain>"})
-    assert state_disk.attached("new-controller-1") and not state_disk.attached("old-controller-1")
-    assert not state_disk.attached("gone-controller-1")
+    assert state_disk.attached("demo", "new-controller-1") and not state_disk.attached("demo", "old-controller-1")
+    assert not state_disk.attached("demo", "gone-controller-1")

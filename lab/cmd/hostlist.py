@@ -1,0 +1,126 @@
+"""The lab's libvirt hosts: host add|remove|list|limit|simulate (docs/workshop.md, docs/adr/0010-hosts.md)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from lab.cmd.base import OutputOpt, host_app
+from lab.output import Output, out, print_json
+
+MemOpt = typer.Option(None, "--memory-mib", help="memory (MiB) the lab may use on that host (default: what it has free)")
+CpuOpt = typer.Option(None, "--cpus", help="vCPUs the lab may start on that host (default: no limit)")
+
+
+def _show(rep, clusters: list[str], output: Output) -> None:
+    if output == Output.json:
+        print_json({**rep.as_dict(), "clusters": clusters})
+        return
+    _line(rep, clusters)
+
+
+def _line(rep, clusters: list[str]) -> None:
+    if not rep.reachable:
+        out.print(f"{rep.name}  {rep.uri}  [red]unreachable[/red]: {rep.problem}", highlight=False)
+        return
+    limit = f" (lab limit {rep.memory_limit_mib} MiB)" if rep.memory_limit_mib else ""
+    cpus = f" (lab limit {rep.cpus_limit})" if rep.cpus_limit else ""
+    out.print(f"{rep.name}  {rep.uri}\n  memory {rep.memory_free_mib}/{rep.memory_total_mib} MiB free{limit}, "
+              f"cpus {rep.cpus}{cpus}, pool {rep.pool_free_gib} GiB free, box {rep.box or '-'}\n"
+              f"  clusters: {', '.join(clusters) or '-'}" + (f"\n  [yellow]{rep.problem}[/yellow] fix: {rep.fix}" if rep.problem else ""),
+              highlight=False, markup=True)
+
+
+@host_app.command("add")
+def host_add(
+    name: str = typer.Argument(..., help="a short name for the host, e.g. h2"),
+    uri: str = typer.Option(..., "--uri", help="its libvirt URI, e.g. qemu+ssh://root@lab-b/system"),
+    netns: Optional[str] = typer.Option(None, "--netns", help="the network namespace where its VMs are reached "
+                                        "(a host on this machine; none for another machine)"),
+    memory_mib: Optional[int] = MemOpt,
+    cpus: Optional[int] = CpuOpt,
+    output: Output = OutputOpt,
+) -> None:
+    """Add a libvirt host the lab may place clusters on. Its libvirtd must answer; nothing is recorded if not."""
+    from lab.errors import HostError
+    from lab.host import probe, registry
+
+    registry.check_name(name)
+    host = registry.Host(name, uri, netns, memory_mib, cpus, pool=registry.get(registry.LOCAL).pool)
+    registry.require_reachable(host)
+    rep = probe.probe(host)
+    if rep.problem:
+        raise HostError(rep.problem, rep.fix)
+    registry.add(host)
+    _show(rep, [], output)
+
+
+@host_app.command("simulate")
+def host_simulate(
+    name: str = typer.Argument("h2", help="the simulated host's name"),
+    memory_mib: Optional[int] = MemOpt,
+    cpus: Optional[int] = CpuOpt,
+    output: Output = OutputOpt,
+) -> None:
+    """Start a second libvirt host on this machine (its own libvirtd, network and mount namespaces) and add it."""
+    from lab.errors import Conflict
+    from lab.host import probe, registry, simulated
+
+    registry.check_name(name)
+    known = next((h for h in registry.all_hosts() if h.name == name), None)
+    if known and not known.simulated:
+        raise Conflict(f"host {name!r} exists and is not a simulated one", "pick another name")
+    host = simulated.start(name)
+    if known is None:
+        host.memory_mib, host.cpus = memory_mib, cpus
+        registry.add(host)
+    elif memory_mib or cpus:
+        registry.set_limits(name, memory_mib, cpus)
+    _show(probe.probe(registry.get(name)), [], output)
+
+
+@host_app.command("remove")
+def host_remove(name: str = typer.Argument(...), output: Output = OutputOpt) -> None:
+    """Remove a host from the lab (refused while clusters are placed on it). A simulated host is stopped."""
+    from lab.errors import Conflict
+    from lab.host import registry, simulated
+    from lab.providers import placement
+
+    host = registry.get(name)
+    on = placement.clusters_on(name)
+    if on:
+        raise Conflict(f"host {name} still holds cluster(s) {', '.join(on)}", "delete them first (slurmlab delete-cluster NAME)")
+    done = simulated.remove(name) if host.simulated else []
+    registry.remove(name)
+    if output == Output.json:
+        print_json({"removed": name, "done": done})
+    else:
+        for d in done:
+            out.print(d)
+        out.print(f"host {name} removed")
+
+
+@host_app.command("limit")
+def host_limit(name: str = typer.Argument(..., help="a host name (local: this machine)"),
+               memory_mib: Optional[int] = MemOpt, cpus: Optional[int] = CpuOpt, output: Output = OutputOpt) -> None:
+    """Set the memory and vCPUs the lab may use on a host (placement and capacity honour them)."""
+    from lab.host import probe, registry
+    from lab.providers import placement
+
+    host = registry.set_limits(name, memory_mib, cpus)
+    _show(probe.probe(host), placement.clusters_on(name), output)
+
+
+@host_app.command("list")
+def host_list(output: Output = OutputOpt) -> None:
+    """The lab's hosts: reachable, memory, CPUs, pool, box, and the clusters placed on each."""
+    from lab.host import probe, registry
+    from lab.providers import placement
+
+    rows = [(probe.probe(h), placement.clusters_on(h.name)) for h in registry.all_hosts()]
+    if output == Output.json:
+        print_json([{**r.as_dict(), "clusters": c} for r, c in rows])
+        return
+    for r, c in rows:
+        _line(r, c)

@@ -1,0 +1,92 @@
+"""What a libvirt host offers the lab: reachable, its memory and CPUs, the lab's storage pool, the box.
+
+vagrant-libvirt uploads a box into a host's pool the first time a VM there needs it (measured on
+the simulated host: the 1.1 GiB box in ~30 s), so a host "lacks the box" only when its pool is
+missing or has no room for the upload.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from lab.host.registry import Host
+
+
+@dataclass
+class HostReport:
+    name: str
+    uri: str
+    reachable: bool
+    problem: str = ""
+    fix: str = ""
+    memory_total_mib: int = 0
+    memory_free_mib: int = 0
+    cpus: int = 0
+    memory_limit_mib: int | None = None
+    cpus_limit: int | None = None
+    pool_free_gib: float = 0.0
+    box: str = ""  # "present", "uploaded on first use", or why it cannot be
+    domains: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.reachable and not self.problem
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "ok": self.ok}
+
+
+def _box_volume_prefix(box_name: str) -> str:
+    return box_name.replace("/", "-VAGRANTSLASH-") + "_vagrant_box_image_"
+
+
+def probe(host: Host, box_name: str | None = None, box_bytes: int | None = None) -> HostReport:
+    """Ask the host's libvirtd; never raises for an unreachable host (the report says why)."""
+    import libvirt
+
+    from lab import box as boxmod
+
+    box_name = box_name or boxmod.DEFAULT_BOX
+    rep = HostReport(host.name, host.uri, False, memory_limit_mib=host.memory_mib, cpus_limit=host.cpus)
+    try:
+        conn = host.connect()
+    except libvirt.libvirtError as e:
+        rep.problem = f"libvirt cannot open {host.uri}: {e.get_error_message()}"
+        rep.fix = ("start its libvirtd (`slurmlab host simulate " + host.name + "` for a simulated host)" if host.simulated
+                   else "check the URI with `virsh -c URI version`; libvirtd must run there and accept this user")
+        return rep
+    rep.reachable = True
+    try:
+        info = conn.getInfo()  # [model, memory MiB, cpus, ...]
+        rep.memory_total_mib, rep.cpus = int(info[1]), int(info[2])
+        rep.memory_free_mib = int(conn.getFreeMemory() // (1 << 20))
+        rep.domains = sorted(d.name() for d in conn.listAllDomains())
+        try:
+            pool = conn.storagePoolLookupByName(host.pool)
+        except libvirt.libvirtError:
+            rep.problem = f"storage pool '{host.pool}' missing on {host.name}"
+            rep.fix = f"define it: virsh -c '{host.uri}' pool-define-as {host.pool} dir --target DIR; pool-start; pool-autostart"
+            return rep
+        if not pool.isActive():
+            rep.problem = f"storage pool '{host.pool}' on {host.name} is not started"
+            rep.fix = f"virsh -c '{host.uri}' pool-start {host.pool}"
+            return rep
+        pool.refresh(0)
+        rep.pool_free_gib = round(pool.info()[3] / (1 << 30), 1)
+        if any(v.startswith(_box_volume_prefix(box_name)) for v in pool.listVolumes()):
+            rep.box = "present"
+        else:
+            need = (box_bytes or 0) / (1 << 30)
+            if box_bytes is not None and rep.pool_free_gib < need + 1:
+                rep.box = f"missing, and the pool has {rep.pool_free_gib} GiB free for a {need:.1f} GiB box"
+                rep.problem = f"host {host.name} cannot take the box {box_name}"
+                rep.fix = "free space in that host's storage pool"
+            else:
+                rep.box = "uploaded on first use"
+    except libvirt.libvirtError as e:
+        rep.reachable = False
+        rep.problem = f"libvirt on {host.name} stopped answering: {e.get_error_message()}"
+        rep.fix = "check its libvirtd"
+    finally:
+        conn.close()
+    return rep

@@ -1,0 +1,163 @@
+"""The lab's libvirt hosts: this machine ("local") and the ones `slurmlab host add` lists.
+
+The list lives in `$SLURMLAB_HOME/hosts.yml` (written atomically, one entry per host):
+
+    hosts:
+      - name: h2
+        uri: qemu+unix:///system?socket=/var/lib/slurmlab-hosts/h2/run/libvirt-sock
+        netns: slurmlab-h2      # where ssh and vagrant reach this host's VMs (none: this namespace)
+        memory_mib: 6144        # what the lab may use there (none: what libvirt reports free)
+        cpus: 2
+        simulated: true         # made by `slurmlab host simulate` (docs/adr/0010-hosts.md)
+
+"local" is always there (libvirtd of `slurmlab host up`); an entry named local only sets its limits.
+Each host's VM networks live on that host, so a cluster's machines share one host (placement.py).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import yaml
+
+from lab import paths
+from lab.errors import Conflict, HostError, NotFound, UsageError
+from lab.osutil import atomic_write
+
+LOCAL = "local"
+NAME = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
+HOST_RESERVE_MIB = 1024  # kept free on every host for its own use
+
+
+@dataclass
+class Host:
+    name: str
+    uri: str
+    netns: str | None = None
+    memory_mib: int | None = None
+    cpus: int | None = None
+    simulated: bool = False
+    pool: str = field(default="")
+
+    @property
+    def local(self) -> bool:
+        return self.name == LOCAL
+
+    def connect(self):
+        """A libvirt connection to this host (libvirt's stderr printer silenced)."""
+        import libvirt
+
+        if self.local:
+            from lab.host import libvirtd
+
+            return libvirtd.connect()
+        libvirt.registerErrorHandler(lambda *_: None, None)
+        return libvirt.open(self.uri)
+
+
+def file() -> Path:
+    return paths.home() / "hosts.yml"
+
+
+def _local(entry: dict | None) -> Host:
+    from lab.host import libvirtd, mode
+
+    e = entry or {}
+    return Host(LOCAL, libvirtd.URI, paths.netns() if mode.uses_netns() else None,
+                e.get("memory_mib"), e.get("cpus"), pool=libvirtd.POOL)
+
+
+def _entries() -> list[dict]:
+    f = file()
+    if not f.exists():
+        return []
+    try:
+        data = yaml.safe_load(f.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise UsageError(f"{f} is not valid YAML: {e}", "fix the file by hand, or remove it and add the hosts again") from None
+    hosts = data.get("hosts") if isinstance(data, dict) else None
+    if not isinstance(hosts, list) or not all(isinstance(h, dict) and isinstance(h.get("name"), str) for h in hosts):
+        raise UsageError(f"{f}: `hosts` must be a list of entries with a name", "see docs/workshop.md for the format")
+    return hosts
+
+
+def _save(entries: list[dict]) -> None:
+    atomic_write(file(), yaml.safe_dump({"hosts": entries}, sort_keys=False), 0o600)
+
+
+def _from_entry(e: dict) -> Host:
+    from lab.host import libvirtd
+
+    return Host(e["name"], e["uri"], e.get("netns"), e.get("memory_mib"), e.get("cpus"),
+                bool(e.get("simulated", False)), pool=libvirtd.POOL)
+
+
+def all_hosts() -> list[Host]:
+    """Every host, local first."""
+    entries = _entries()
+    local = next((e for e in entries if e["name"] == LOCAL), None)
+    return [_local(local)] + [_from_entry(e) for e in entries if e["name"] != LOCAL]
+
+
+def get(name: str) -> Host:
+    for h in all_hosts():
+        if h.name == name:
+            return h
+    raise NotFound(f"no host named {name!r}", "`slurmlab host list` shows the hosts; `slurmlab host add` adds one")
+
+
+def check_name(name: str) -> None:
+    if not NAME.match(name):
+        raise UsageError(f"host name {name!r} is not valid: 1-20 of a-z, 0-9 and -, starting with a letter",
+                         "pick a name like h2 or lab-b")
+
+
+def add(host: Host) -> None:
+    """Record a host (its reachability is the caller's check: probe.check)."""
+    check_name(host.name)
+    if host.name == LOCAL or any(h.name == host.name for h in all_hosts()):
+        raise Conflict(f"a host named {host.name!r} exists already", "pick another name, or `slurmlab host remove` it first")
+    if any(h.uri == host.uri for h in all_hosts()):
+        other = next(h.name for h in all_hosts() if h.uri == host.uri)
+        raise Conflict(f"host {other!r} has that URI already ({host.uri})", "one entry per libvirtd")
+    entry = {k: v for k, v in asdict(host).items() if k != "pool" and v not in (None, False)}
+    _save(_entries() + [entry])
+
+
+def set_limits(name: str, memory_mib: int | None, cpus: int | None) -> Host:
+    for v, what in ((memory_mib, "--memory-mib"), (cpus, "--cpus")):
+        if v is not None and v <= 0:
+            raise UsageError(f"{what} must be a positive number, not {v}", f"give {what} a value above 0")
+    get(name)  # NotFound first
+    entries = _entries()
+    entry = next((e for e in entries if e["name"] == name), None)
+    if entry is None:  # local without an entry yet
+        entry = {"name": name}
+        entries.append(entry)
+    for k, v in (("memory_mib", memory_mib), ("cpus", cpus)):
+        if v is not None:
+            entry[k] = v
+    _save(entries)
+    return get(name)
+
+
+def remove(name: str) -> None:
+    if name == LOCAL:
+        raise UsageError("the local host cannot be removed", "`slurmlab host limit local --memory-mib N` limits what it takes")
+    get(name)
+    _save([e for e in _entries() if e["name"] != name])
+
+
+def require_reachable(host: Host) -> None:
+    """HostError naming the URI when libvirt cannot open it."""
+    import libvirt
+
+    try:
+        conn = host.connect()
+    except libvirt.libvirtError as e:
+        raise HostError(f"libvirt cannot open {host.uri}: {e.get_error_message()}",
+                        "check the URI (`virsh -c URI version` must answer), that libvirtd runs there, and for "
+                        "qemu+ssh that root's ssh key is accepted without a password") from None
+    conn.close()

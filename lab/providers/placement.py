@@ -1,0 +1,126 @@
+"""Which libvirt host a cluster lives on: chosen once, when its folder is first written, on the host
+with the most room (free memory first, then CPUs); remembered in the cluster's folder (`host`).
+
+A cluster stays on one host: its VM network (bridge, dnsmasq) is that host's, so its machines
+could not reach a machine elsewhere. Room on a host = what libvirt reports free there, less the
+reserve the host keeps for itself, capped by the lab's limit for it (`slurmlab host limit`) less
+the memory of the lab's domains already there.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from lab.host import registry
+from lab.host.registry import HOST_RESERVE_MIB, Host
+from lab.workspace import ClusterDir
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Room:
+    host: str
+    memory_mib: int  # free for the lab's VMs
+    cpus: int | None  # vCPUs the lab may still start (None: no limit)
+    reachable: bool = True
+    why: str = ""
+
+
+def choose(memory_mib: int, cpus: int, rooms: Sequence[Room]) -> str | None:
+    """The host for a cluster needing `memory_mib` and `cpus`: among the reachable hosts with room
+    for all of it, the one with the most free memory (then the most CPUs, then the first listed);
+    None when no host has room. Pure: tested on tables."""
+    fits = [r for r in rooms if r.reachable and r.memory_mib >= memory_mib and (r.cpus is None or r.cpus >= cpus)]
+    if not fits:
+        return None
+    order = {r.host: i for i, r in enumerate(rooms)}
+    return max(fits, key=lambda r: (r.memory_mib, r.cpus if r.cpus is not None else 1 << 20, -order[r.host])).host
+
+
+def room(host: Host) -> Room:
+    """What the lab may still start on `host` (asks its libvirtd)."""
+    import libvirt
+
+    try:
+        conn = host.connect()
+    except libvirt.libvirtError as e:
+        return Room(host.name, 0, 0, reachable=False, why=e.get_error_message())
+    try:
+        free = conn.getFreeMemory() // (1 << 20) - HOST_RESERVE_MIB
+        used_mib = used_cpus = 0
+        for dom in conn.listAllDomains():
+            if dom.isActive():
+                _, _, mem_kib, vcpus, _ = dom.info()
+                used_mib += mem_kib // 1024
+                used_cpus += vcpus
+        mem = free if host.memory_mib is None else min(free, host.memory_mib - used_mib)
+        cpus = None if host.cpus is None else host.cpus - used_cpus
+        return Room(host.name, max(mem, 0), cpus)
+    except libvirt.libvirtError as e:
+        return Room(host.name, 0, 0, reachable=False, why=e.get_error_message())
+    finally:
+        conn.close()
+
+
+def _file(cluster: str):
+    return ClusterDir(cluster).root / "host"
+
+
+def placed(cluster: str) -> str | None:
+    try:
+        return _file(cluster).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def host_of(cluster: str) -> Host:
+    """The host the cluster was placed on (the local host for a cluster made before hosts, or not
+    placed yet)."""
+    name = placed(cluster)
+    if name is None:
+        return registry.get(registry.LOCAL)
+    try:
+        return registry.get(name)
+    except Exception:  # noqa: BLE001 - a host removed from the list: its name still tells where
+        return Host(name, f"unknown-host:{name}")
+
+
+def place(cluster: str, memory_mib: int, cpus: int) -> Host:
+    """The cluster's host: the recorded one, else the one `choose` picks (recorded now). With no
+    host that has room, the one with the most free memory: its nodes then wait for room as
+    capacity shortages do (InsufficientCapacity, retried)."""
+    from lab.osutil import atomic_write
+
+    if (name := placed(cluster)) is not None:
+        return host_of(cluster)
+    hosts = registry.all_hosts()
+    if len(hosts) == 1:
+        chosen = hosts[0]
+    else:
+        rooms = [room(h) for h in hosts]
+        pick = choose(memory_mib, cpus, rooms)
+        if pick is None:
+            reachable = [r for r in rooms if r.reachable] or rooms
+            pick = max(reachable, key=lambda r: r.memory_mib).host
+            log.warning("no host has %d MiB free for cluster %s; placed on %s to wait for room", memory_mib, cluster, pick)
+        chosen = next(h for h in hosts if h.name == pick)
+    name = chosen.name
+    atomic_write(_file(cluster), name + "\n")
+    return chosen
+
+
+def clusters_on(name: str) -> list[str]:
+    """Clusters placed on host `name` (by their folders)."""
+    from lab import paths
+
+    root = paths.home() / "clusters"
+    out = []
+    for d in sorted(root.iterdir()) if root.exists() else []:
+        f = d / "host"
+        hname = f.read_text().strip() if f.exists() else registry.LOCAL
+        if d.is_dir() and hname == name and (d / "Vagrantfile").exists():
+            out.append(d.name)
+    return out
