@@ -30,6 +30,7 @@ from lab.engine.actions import ACTIONS, Actions
 from lab.engine.bookkeeping import (  # noqa: F401 - re-exported for bench/ and tests (instance_id, backoff)
     BACKOFF_BASE, BACKOFF_MAX, SCALING, Bookkeeping, backoff, instance_id)
 from lab.engine.checkpointing import Checkpointing
+from lab.engine.hostloss import HOST_LOST_S, HostLoss
 from lab.engine.plan import JOIN_MAX_WAIT_S, JOIN_QUIET_S, LEGACY_ATTEMPTS, Action
 from lab.engine.rolling import Rolling
 from lab.engine.sight import Sight
@@ -52,7 +53,7 @@ def _task_key(a: Action) -> str:
     return a.node or a.kind
 
 
-class Engine(Bookkeeping, Actions, Rolling, Checkpointing):
+class Engine(Bookkeeping, Actions, Rolling, Checkpointing, HostLoss):
     """`Engine(store, provider, configurer)` builds every cluster with that pair (the tests' form).
     `providers` / `configurers` map provider names (ClusterRow.provider) to objects; the factories
     make one on first use for a name not mapped (the daemon passes `make_provider`/`make_configurer`).
@@ -66,7 +67,7 @@ class Engine(Bookkeeping, Actions, Rolling, Checkpointing):
                  max_attempts: int = LEGACY_ATTEMPTS,
                  backoff_base: float = BACKOFF_BASE, backoff_max: float = BACKOFF_MAX,
                  join_quiet_s: float = JOIN_QUIET_S, join_max_wait_s: float = JOIN_MAX_WAIT_S,
-                 boot_slots: dict[str, int] | None = None):
+                 boot_slots: dict[str, int] | None = None, host_lost_s: float = HOST_LOST_S):
         self.store = store
         self.provider = provider
         self.configurer = configurer
@@ -86,6 +87,7 @@ class Engine(Bookkeeping, Actions, Rolling, Checkpointing):
         self.backoff_max = backoff_max
         self.join_quiet_s = join_quiet_s
         self.join_max_wait_s = join_max_wait_s
+        self.host_lost_s = host_lost_s  # a cluster's host silent this long is given up (lab/engine/hostloss.py)
         # per provider name: VMs of a cluster booting at once (plan.LAUNCH_PRIORITY); absent: no limit
         self.boot_slots = dict(boot_slots or {})
         self.tasks: dict[tuple[str, str], asyncio.Task] = {}
@@ -179,6 +181,7 @@ class Engine(Bookkeeping, Actions, Rolling, Checkpointing):
             seen = await prov.observe_async(name)
         except Exception as e:  # noqa: BLE001 - no observation: act on nothing, say so (lab/engine/sight.py)
             self.sight.lost(c, e)
+            await self._maybe_host_lost(c, prov, groups, nodes, e)  # given up after a while: lab/engine/hostloss.py
             return
         self.sight.seen(c)
         if c.status != "Deleting":

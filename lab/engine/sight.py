@@ -52,6 +52,11 @@ class Sight:
         b = self.blind.get(cluster)
         return b is not None and self.clock() < b.next_try
 
+    def blind_since(self, cluster: str) -> float | None:
+        """Since when the cluster's VMs cannot be observed (None: they can)."""
+        b = self.blind.get(cluster)
+        return b.since if b else None
+
     def lost(self, c: ClusterRow, e: Exception) -> None:
         """`observe` failed: mark the cluster stale (once), say so (once), back off."""
         now = self.clock()

@@ -241,6 +241,12 @@ class Provider(ABC):
         """The host the cluster was placed on (None: the provider has one host)."""
         return None
 
+    def rehome(self, cluster: str, memory_mib: int, cpus: int) -> str | None:
+        """The cluster's host is lost: place it on another host with room for all of it (its VMs there are
+        made anew; the old host's are removed when it answers again). The new host's name, or None
+        when no other host has room (or the provider has one host)."""
+        return None
+
     # ---------------------------------------------------------------- what the engine awaits
     async def prepare_async(self, cluster: str, machines: list[MachineSpec], preferred_index: int = 0,
                             box: str | None = None) -> Any:

@@ -52,3 +52,48 @@ def of_cluster(conn, cluster: str) -> list:
         if cluster_of(dom) == cluster:
             out.append(dom)
     return sorted(out, key=lambda d: d.name())
+
+
+def purge_cluster_on(host, cluster: str) -> list[str]:
+    """Remove everything of `cluster` from `host` (a host the cluster left when it was lost): its
+    domains, their disks, its state disk and its network. What was removed, for humans."""
+    import xml.etree.ElementTree as ET
+
+    import libvirt
+
+    from lab.providers.network import net_name
+    from lab.providers.state_disk import is_cluster_volume
+
+    done, disks = [], set()
+    conn = host.connect()
+    try:
+        for dom in of_cluster(conn, cluster):
+            name = dom.name()
+            try:
+                disks |= {s.get("file") for s in ET.fromstring(dom.XMLDesc(0)).findall("devices/disk/source") if s.get("file")}
+                if dom.isActive():
+                    dom.destroy()
+                dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_NVRAM | libvirt.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE)
+                done.append(f"domain {name} on host {host.name}")
+            except libvirt.libvirtError:
+                pass
+        try:
+            pool = conn.storagePoolLookupByName(host.pool)
+            pool.refresh(0)
+            for vol in pool.listAllVolumes():
+                if vol.path() in disks or is_cluster_volume(cluster, vol.name()):
+                    vol.delete(0)
+                    done.append(f"volume {vol.name()} on host {host.name}")
+        except libvirt.libvirtError:
+            pass
+        try:
+            net = conn.networkLookupByName(net_name(cluster))
+            if net.isActive():
+                net.destroy()
+            net.undefine()
+            done.append(f"network {net_name(cluster)} on host {host.name}")
+        except libvirt.libvirtError:
+            pass
+    finally:
+        conn.close()
+    return done

@@ -112,6 +112,41 @@ def place(cluster: str, memory_mib: int, cpus: int) -> Host:
     return chosen
 
 
+def rehome(cluster: str, memory_mib: int, cpus: int) -> Host | None:
+    """The cluster's host is lost: the other reachable host with room for all of it (recorded now,
+    the old one noted in `abandoned` for its VMs to be removed when it answers), or None."""
+    from lab.osutil import atomic_write
+
+    old = placed(cluster) or registry.LOCAL
+    others = [h for h in registry.all_hosts() if h.name != old]
+    pick = choose(memory_mib, cpus, [room(h) for h in others])
+    if pick is None:
+        return None
+    left = abandoned(cluster)
+    atomic_write(_file(cluster).with_name("abandoned"), "".join(f"{h}\n" for h in sorted({*left, old})))
+    atomic_write(_file(cluster), pick + "\n")
+    return next(h for h in others if h.name == pick)
+
+
+def abandoned(cluster: str) -> list[str]:
+    """Hosts the cluster left behind when they were lost: its VMs there still wait to be removed."""
+    try:
+        return [x for x in _file(cluster).with_name("abandoned").read_text().split() if x]
+    except OSError:
+        return []
+
+
+def forget_abandoned(cluster: str, host: str) -> None:
+    from lab.osutil import atomic_write
+
+    left = [h for h in abandoned(cluster) if h != host]
+    f = _file(cluster).with_name("abandoned")
+    if left:
+        atomic_write(f, "".join(f"{h}\n" for h in left))
+    else:
+        f.unlink(missing_ok=True)
+
+
 def clusters_on(name: str) -> list[str]:
     """Clusters placed on host `name` (by their folders)."""
     from lab import paths

@@ -18,7 +18,7 @@ from lab.providers.base import STATE_DISK_SERIAL
 SIZE = "8G"  # virtual size; the qcow2 file grows with what is written
 
 
-def _is_cluster_volume(cluster: str, vol: str) -> bool:
+def is_cluster_volume(cluster: str, vol: str) -> bool:
     # "-state-<digits>.qcow2" right after the name: cluster "a" never takes cluster "a-b"'s volume
     return re.fullmatch(re.escape(cluster) + r"-state-[0-9]+\.qcow2", vol) is not None
 
@@ -50,7 +50,7 @@ def delete_volumes(cluster: str) -> list[str]:
         pool = conn.storagePoolLookupByName(host.pool)
         pool.refresh(0)
         for vol in pool.listAllVolumes():
-            if _is_cluster_volume(cluster, vol.name()):
+            if is_cluster_volume(cluster, vol.name()):
                 vol.delete(0)
                 removed.append(f"volume {vol.name()}")
     except libvirt.libvirtError:

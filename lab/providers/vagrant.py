@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lab import paths, secrets
+from lab.errors import LabError
 from lab.host import kvm, libvirtd, registry
 from lab.host.registry import Host
 from lab.providers import checkpoint, disk, network, placement, priority, state_disk
@@ -122,6 +123,7 @@ class VagrantProvider(Provider):
         self._machines: dict[str, dict[str, MachineSpec]] = {}
         self._lock = threading.Lock()
         self._inflight: dict[str, set] = {}  # cluster -> running vagrant processes (Popen)
+        self._swept: dict[str, float] = {}  # cluster -> when its lost hosts were last asked (_sweep_abandoned)
 
     # ------------------------------------------------------------------ helpers
     def _vagrant(self, cluster: str, args: list[str], logname: str, timeout: float = 1800,
@@ -264,12 +266,13 @@ class VagrantProvider(Provider):
                 state = disk.observe(dom, code, reason) or STATE_NAMES.get(code, "other")
                 found[dom.name()] = Observed(dom.name(), state,
                                              details={"message": disk.message()} if state == DISK_FULL else {})
-            return found
         except libvirt.libvirtError as e:  # the connection dropped while listing (libvirtd stopped)
             raise ProviderUnreachable(f"libvirt stopped answering on host {host.name} ({host.uri}): {e.get_error_message()}") from None
         finally:
             with contextlib.suppress(Exception):
                 conn.close()
+        self._sweep_abandoned(cluster)
+        return found
 
     def reboot(self, cluster: str, name: str) -> Observed:
         """Restart the VM (start it if it is shut off) and wait until it answers SSH again."""
@@ -311,6 +314,7 @@ class VagrantProvider(Provider):
             removed.append(f"domain {n}")
         removed += state_disk.delete_volumes(cluster)
         removed += checkpoint.delete_all(cluster)
+        removed += self._purge_abandoned_now(cluster)
         if network.remove(cluster):
             removed.append(f"network {network.net_name(cluster)}")
         libvirtd.prune_box_volumes(self.box)
@@ -345,6 +349,54 @@ class VagrantProvider(Provider):
 
     def host_of(self, cluster: str) -> str | None:
         return placement.placed(cluster) or registry.LOCAL
+
+    def rehome(self, cluster: str, memory_mib: int, cpus: int) -> str | None:
+        """Place the cluster on another host; vagrant's records of the VMs on the lost one go (their
+        domain ids mean nothing on the new host)."""
+        host = placement.rehome(cluster, memory_mib, cpus)
+        if host is None:
+            return None
+        self.stop_inflight(cluster)
+        shutil.rmtree(ClusterDir(cluster).root / ".vagrant", ignore_errors=True)
+        self._swept.pop(cluster, None)
+        return host.name
+
+    def _purge_abandoned_now(self, cluster: str) -> list[str]:
+        import libvirt
+
+        done = []
+        for name in placement.abandoned(cluster):
+            try:
+                done += domains.purge_cluster_on(registry.get(name), cluster)
+            except (libvirt.libvirtError, LabError) as e:
+                log.warning("cluster %s: its VMs on lost host %s stay until that host answers and is cleaned "
+                            "(virsh -c URI list --all; `slurmlab host remove %s` refuses while they exist): %s",
+                            cluster, name, name, e)
+        return done
+
+    SWEEP_EVERY_S = 30.0
+
+    def _sweep_abandoned(self, cluster: str) -> None:
+        """Remove what the cluster left on hosts that were lost, once they answer again."""
+        import time
+
+        import libvirt
+
+        left = placement.abandoned(cluster)
+        if not left or time.monotonic() - self._swept.get(cluster, -1e9) < self.SWEEP_EVERY_S:
+            return
+        self._swept[cluster] = time.monotonic()
+        for name in left:
+            try:
+                host = registry.get(name)
+                done = domains.purge_cluster_on(host, cluster)
+            except libvirt.libvirtError:
+                continue  # still away
+            except LabError:  # the host was removed from the list: nothing left to reach
+                done = []
+            placement.forget_abandoned(cluster, name)
+            for d in done:
+                log.warning("cluster %s: removed %s (left there when that host was lost)", cluster, d)
 
     def keeps_state(self, cluster: str, name: str) -> bool:
         return state_disk.attached(cluster, name)

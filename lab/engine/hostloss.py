@@ -1,0 +1,76 @@
+"""A host that disappears: its clusters' nodes become Failure and NodeRecovery rebuilds them on
+another host with room (docs/adr/0010-hosts.md).
+
+A cluster whose VMs cannot be observed is first only stale (lab/engine/sight.py): a libvirtd
+restarted within a minute loses nothing. When the cluster lives on another host than this machine
+and that host has not answered for `host_lost_s`, the engine gives the host up for that cluster:
+the provider places the cluster on another host (`Provider.rehome`), every node gets a fresh
+instance shown as Failure with the reason for `FAILURE_SHOWN_S`, then launched on the new host in
+the usual order (controller first; its state disk is new there, so /home starts empty). With
+NodeRecovery None the nodes stay Failure. With no other host that has room, the nodes stay Failure
+and the engine asks again on its next tries;
+a host that answers again meanwhile gets its nodes configured again. The local host is never given up: `slurmlab host up`
+brings it back, and the VMs it still runs with it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from lab.providers.base import Provider, ProviderUnreachable, in_thread
+from lab.store.db import ClusterRow, GroupRow, NodeRow
+
+log = logging.getLogger(__name__)
+
+HOST_LOST_S = float(os.environ.get("SLURMLAB_HOST_LOST_S", "60"))
+FAILURE_SHOWN_S = 5.0
+
+
+class HostLoss:
+    """Mixin of the Engine (uses its store, clock, sight, tasks, _prepared, _dirty, _new_instance)."""
+
+    async def _maybe_host_lost(self, c: ClusterRow, prov: Provider, groups: list[GroupRow], nodes: list[NodeRow],
+                               e: Exception) -> None:
+        if not isinstance(e, ProviderUnreachable) or c.status == "Deleting":
+            return
+        old = prov.host_of(c.name)
+        if old is None or old == "local":
+            return
+        since = self.sight.blind_since(c.name)
+        if since is None or self.clock() - since < self.host_lost_s or any(k[0] == c.name for k in self.tasks):
+            return
+        mem = sum(g.target_count * g.memory_mib for g in groups)
+        cpus = sum(g.target_count * g.cpus for g in groups)
+        new = await in_thread(c.name, prov.rehome, c.name, mem, cpus)
+        reason = f"host {old} lost ({e})"
+        if new is None:
+            self._fail_in_place(c, nodes, f"{reason}; no other host has room for the cluster ({mem} MiB): "
+                                          "it waits for one (slurmlab host list)")
+            return
+        automatic = (c.spec.get("NodeRecovery") or "Automatic") == "Automatic"
+        now = self.clock()
+        for n in nodes:
+            if n.phase in ("removing", "removed"):
+                continue
+            if automatic:
+                self._new_instance(c.name, n, prov, f"{reason}: replaced on host {new} (NodeRecovery Automatic)")
+                self.store.update_node(c.name, n.name, phase="failed", retry_at=now + FAILURE_SHOWN_S)
+            else:
+                self.store.update_node(c.name, n.name, phase="lost", message=f"{reason}; not replaced because NodeRecovery is None")
+        self._prepared.discard(c.name)
+        self._dirty.add(c.name)
+        self.store.add_event(c.name, "Cluster", "Error",
+                             f"{reason}: cluster {c.name} now lives on host {new}; "
+                             + ("its nodes are launched again there" if automatic else "its nodes stay Failure (NodeRecovery None)"))
+        log.warning("cluster %s: %s; moved to host %s", c.name, reason, new)
+        self.sight.seen(c)
+
+    def _fail_in_place(self, c: ClusterRow, nodes: list[NodeRow], message: str) -> None:
+        """Failure with the reason; each retry finds the host back (the VMs are configured again) or
+        asks for another host again."""
+        if not any(n.message == message for n in nodes):
+            self.store.add_event(c.name, "Cluster", "Error", message)
+        for n in nodes:
+            if n.phase not in ("removing", "removed", "lost"):
+                self.store.update_node(c.name, n.name, phase="failed", retry_at=self.clock() + 30, message=message)

@@ -1,0 +1,139 @@
+"""The lab's hosts: the hosts file, placement's choice, and what a host's room is."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from lab.errors import Conflict, HostError, NotFound, UsageError
+from lab.host import registry
+from lab.host.registry import Host
+from lab.providers import placement
+from lab.providers.placement import Room, choose
+
+
+@pytest.mark.parametrize("need_mib,need_cpus,rooms,expected", [
+    # the most free memory wins among the hosts with room for all of it
+    (2304, 3, [Room("local", 3000, None), Room("h2", 6000, None)], "h2"),
+    (2304, 3, [Room("local", 6000, None), Room("h2", 3000, None)], "local"),
+    # a host without room for the whole cluster is never chosen, however much it has
+    (2304, 3, [Room("local", 2000, None), Room("h2", 2304, None)], "h2"),
+    # memory first, then CPUs: equal memory, more CPUs left wins; a CPU limit too low excludes
+    (1024, 2, [Room("local", 4000, 2), Room("h2", 4000, 6)], "h2"),
+    (1024, 4, [Room("local", 8000, 2), Room("h2", 4000, 4)], "h2"),
+    # an unreachable host is never chosen; ties go to the first listed (local)
+    (1024, 1, [Room("local", 4000, None), Room("h2", 9000, None, reachable=False)], "local"),
+    (1024, 1, [Room("local", 4000, None), Room("h2", 4000, None)], "local"),
+    # no host has room: None (the caller waits for room on the roomiest)
+    (9000, 1, [Room("local", 4000, None), Room("h2", 8000, None)], None),
+    (1024, 1, [], None),
+])
+def test_choose_takes_free_memory_first_then_cpus(need_mib, need_cpus, rooms, expected):
+    assert choose(need_mib, need_cpus, rooms) == expected
+
+
+def test_hosts_file_add_limit_remove(lab_home):
+    assert [h.name for h in registry.all_hosts()] == ["local"]
+    registry.add(Host("h2", "qemu+unix:///system?socket=/x/sock", "slurmlab-h2", 4096, 2, simulated=True))
+    assert oct(os.stat(registry.file()).st_mode & 0o777) == "0o600"
+    h2 = registry.get("h2")
+    assert (h2.uri, h2.netns, h2.memory_mib, h2.cpus, h2.simulated) == ("qemu+unix:///system?socket=/x/sock",
+                                                                         "slurmlab-h2", 4096, 2, True)
+    # the local host takes limits too, and keeps its own URI
+    registry.set_limits("local", 1024, None)
+    assert registry.get("local").memory_mib == 1024 and registry.get("local").uri == "qemu:///system"
+    assert [h.name for h in registry.all_hosts()] == ["local", "h2"]
+    registry.remove("h2")
+    with pytest.raises(NotFound):
+        registry.get("h2")
+    assert registry.get("local").memory_mib == 1024
+
+
+@pytest.mark.parametrize("host,err", [
+    (Host("local", "qemu+ssh://a/system"), Conflict),
+    (Host("H2!", "qemu+ssh://a/system"), UsageError),
+    (Host("h2", "qemu+unix:///system?socket=/x/sock"), Conflict),  # that libvirtd is listed already
+])
+def test_bad_or_clashing_hosts_are_refused_and_change_nothing(lab_home, host, err):
+    registry.add(Host("h3", "qemu+unix:///system?socket=/x/sock"))
+    before = registry.file().read_text()
+    with pytest.raises(err):
+        registry.add(host)
+    assert registry.file().read_text() == before
+
+
+def test_limits_must_be_positive_and_local_cannot_go(lab_home):
+    with pytest.raises(UsageError):
+        registry.set_limits("local", 0, None)
+    with pytest.raises(UsageError):
+        registry.remove("local")
+    with pytest.raises(NotFound):
+        registry.set_limits("nope", 100, None)
+    assert not registry.file().exists()
+
+
+def test_a_broken_hosts_file_is_named(lab_home):
+    registry.file().parent.mkdir(parents=True, exist_ok=True)
+    registry.file().write_text("hosts: [unclosed\n")
+    with pytest.raises(UsageError, match="hosts.yml"):
+        registry.all_hosts()
+
+
+def test_an_unreachable_uri_is_a_host_error_naming_it(lab_home, tmp_path):
+    with pytest.raises(HostError, match="nonexistent"):
+        registry.require_reachable(Host("h9", f"qemu+unix:///system?socket={tmp_path}/nonexistent"))
+
+
+class _Dom:
+    def __init__(self, mem_mib, vcpus, active=True):
+        self.mem, self.vcpus, self.active = mem_mib, vcpus, active
+
+    def isActive(self):
+        return self.active
+
+    def info(self):
+        return [1, self.mem * 1024, self.mem * 1024, self.vcpus, 0]
+
+
+class _Conn:
+    def __init__(self, free_mib, doms):
+        self.free, self.doms = free_mib, doms
+
+    def getFreeMemory(self):
+        return self.free << 20
+
+    def listAllDomains(self):
+        return self.doms
+
+    def close(self):
+        pass
+
+
+def test_room_is_free_memory_less_the_reserve_capped_by_the_lab_limit(monkeypatch):
+    host = Host("h2", "x", memory_mib=4096, cpus=4)
+    monkeypatch.setattr(Host, "connect", lambda self: _Conn(20000, [_Dom(768, 1), _Dom(768, 1), _Dom(2048, 2, active=False)]))
+    r = placement.room(host)
+    assert (r.memory_mib, r.cpus, r.reachable) == (4096 - 1536, 2, True)
+    host.memory_mib, host.cpus = None, None
+    r = placement.room(host)
+    assert (r.memory_mib, r.cpus) == (20000 - registry.HOST_RESERVE_MIB, None)
+
+
+def test_a_cluster_is_placed_once_where_there_is_room(lab_home, monkeypatch):
+    registry.add(Host("h2", "qemu+unix:///system?socket=/x/sock", "slurmlab-h2"))
+    rooms = {"local": Room("local", 1000, None), "h2": Room("h2", 5000, None)}
+    monkeypatch.setattr(placement, "room", lambda h: rooms[h.name])
+    from lab.workspace import ClusterDir
+
+    ClusterDir("far").create()
+    assert placement.place("far", 2304, 3).name == "h2"
+    rooms["h2"] = Room("h2", 0, None)  # later calls keep the recorded host
+    assert placement.place("far", 2304, 3).name == "h2"
+    assert placement.host_of("far").netns == "slurmlab-h2"
+    (ClusterDir("far").root / "Vagrantfile").write_text("")
+    assert placement.clusters_on("h2") == ["far"] and placement.clusters_on("local") == []
+    # no host has room: the roomiest reachable one, to wait there
+    ClusterDir("big").create()
+    rooms["local"] = Room("local", 3000, None)
+    assert placement.place("big", 9000, 1).name == "local"
