@@ -61,7 +61,7 @@ def srun_once(cluster: str, address: str, command: str = "srun -N1 hostname", ti
 
 def ssh_answers(cluster: str, address: str) -> bool:
     """Does the VM take an ssh login with the cluster's key (what `vagrant up` waits for)?"""
-    from lab.providers.vagrant import ssh_answers as answers
+    from lab.providers.reach import ssh_answers as answers
 
     return answers(cluster, address, connect_timeout=5, timeout=20)
 
@@ -193,7 +193,7 @@ def teardown(prov, name: str, names: list[str], up_done: threading.Event | None,
         break
     for n in names:  # a domain vagrant had not finished defining, or a volume without its domain
         try:
-            _purge_domain(n)
+            _purge_domain(name, n)
         except Exception as e:  # noqa: BLE001
             say(f"teardown: purge {n} failed: {e}")
     left: list[str] = []
@@ -225,7 +225,8 @@ def run(spec_path: Path) -> dict:
     from lab.host import kvm, libvirtd
     from lab.providers import network
     from lab.providers.base import MachineSpec
-    from lab.providers.vagrant import VagrantProvider, ssh_exe
+    from lab.providers.reach import ssh_exe
+    from lab.providers.vagrant import VagrantProvider
     from lab import paths
     from lab.spec import load_spec
     from lab.workspace import ClusterDir

@@ -74,7 +74,8 @@ class Watcher:
 
 def print_cluster(d: dict) -> None:
     stale = d["Lab"].get("Stale")
-    out.print(f"{d['ClusterName']}  {d['ClusterStatus']}{'  STALE' if stale else ''}  ({d['Lab']['Provider']})")
+    host = f", host {d['Lab']['Host']}" if d["Lab"].get("Host") else ""
+    out.print(f"{d['ClusterName']}  {d['ClusterStatus']}{'  STALE' if stale else ''}  ({d['Lab']['Provider']}{host})")
     if d.get("FailureMessage"):
         out.print(f"  {'' if stale else 'failure: '}{d['FailureMessage']}", markup=False, highlight=False)
     for g in d["InstanceGroups"]:

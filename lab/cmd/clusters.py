@@ -92,16 +92,19 @@ def list_cluster_nodes(name: str, output: Output = OutputOpt) -> None:
     st = store()
     nodes = clusters.list_nodes(st, name)
     gpus = clusters.gpus(st, name)
+    host = st.cluster(name).host  # every node of a cluster is on its host (lab/providers/placement.py)
     if output == Output.json:
         print_json({"ClusterNodeSummaries": [
-            {**n, "Lab": {"Gpus": (g := gpus.get(n["InstanceGroupName"], 0)), "GpusEmulated": g > 0}} for n in nodes]})
+            {**n, "Lab": {"Gpus": (g := gpus.get(n["InstanceGroupName"], 0)), "GpusEmulated": g > 0,
+                          **({"Host": host} if host else {})}}
+            for n in nodes]})
         return
     for n in nodes:
         s = n["InstanceStatus"]
         g = gpus.get(n["InstanceGroupName"], 0)
         gpu = f"{g} GPU{'s' if g > 1 else ''} (emulated)" if g else ""
         out.print(f"{n['NodeLogicalId']:<26} {n['InstanceGroupName']:<12} {s['Status']:<9} {n['PrivatePrimaryIp']:<14} "
-                  f"{gpu + '  ' if gpu else ''}{s.get('Message', '')}")
+                  f"{(host or '-'):<8} {gpu + '  ' if gpu else ''}{s.get('Message', '')}")
 
 
 @app.command("describe-cluster-node")
@@ -117,7 +120,8 @@ def describe_cluster_node(name: str, node: str = typer.Argument(..., help="node 
     s, lab = d["InstanceStatus"], d["Lab"]
     out.print(f"{d['NodeLogicalId']}  {d['InstanceId']}  {d['InstanceGroupName']}  {d['InstanceType']}  "
               f"{d['PrivatePrimaryIp']}\n  status: {s['Status']}{'  ' + s['Message'] if s.get('Message') else ''}\n"
-              f"  box: {lab['Box']}  phase: {lab['Phase']}  pending: {lab['Pending'] or '-'}", markup=False, highlight=False)
+              f"  box: {lab['Box']}  phase: {lab['Phase']}  pending: {lab['Pending'] or '-'}  host: {lab.get('Host') or '-'}",
+              markup=False, highlight=False)
 
 
 @app.command("list-cluster-events")
@@ -322,7 +326,7 @@ def update_cluster_software(
 def ssh(ctx: typer.Context, name: str, node: str = typer.Argument(..., help="node name, or a group name for its first node")) -> None:
     """Open a shell on a node (or run the command given after --), with the cluster's own key."""
     from lab.engine import clusters
-    from lab.providers.vagrant import cluster_ssh_exe
+    from lab.providers.reach import cluster_ssh_exe
     from lab.workspace import ClusterDir
 
     st = store()

@@ -39,7 +39,7 @@ def verify(
         raise NotFound(f"no Ansible inventory at {inv}", fix)
     ssh = None
     if not inventory:  # a slurmlab cluster: plain ssh through the lab's namespace (docs/verify.md)
-        from lab.providers.vagrant import cluster_ssh_exe
+        from lab.providers.reach import cluster_ssh_exe
 
         ssh = cluster_ssh_exe(name)
     rc = v.run(inv, Path(junit).expanduser() if junit else None, ssh_executable=ssh)

@@ -27,7 +27,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from lab.configure.inventory import ClusterContext, default_partition
-from lab.providers.vagrant import ssh_command
+from lab.providers.reach import ssh_command
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
-from lab.providers.vagrant import ssh_command
+from lab.providers.reach import ssh_command
 
 
 def run_on_node(cluster: str, address: str, command: str, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -245,7 +245,9 @@ class Bookkeeping:
             groups = self.store.groups(c.name)
             host = prov.place(c.name, sum(x.target_count * x.memory_mib for x in groups),
                               sum(x.target_count * x.cpus for x in groups))
-            if host:
+            if host and host != c.host:
+                self.store.update_cluster(c.name, host=host)
+                c.host = host
                 self.store.add_event(c.name, "Cluster", "Info", f"cluster placed on host {host}",
                                      operation_id=self._op_of(c.name, group=g.name))
         address, mac = prov.allocate(c.name, name, addresses, c.net_index)

@@ -100,7 +100,7 @@ def make_configurer(name: str):
 
         return SimConfigurer()
     from lab.configure.ansible import AnsibleConfigurer
-    from lab.providers.vagrant import cluster_ssh_exe
+    from lab.providers.reach import cluster_ssh_exe
 
     return AnsibleConfigurer(cluster_ssh_exe)
 

@@ -58,6 +58,7 @@ class HostLoss:
                 self.store.update_node(c.name, n.name, phase="failed", retry_at=now + FAILURE_SHOWN_S)
             else:
                 self.store.update_node(c.name, n.name, phase="lost", message=f"{reason}; not replaced because NodeRecovery is None")
+        self.store.update_cluster(c.name, host=new)
         self._prepared.discard(c.name)
         self._dirty.add(c.name)
         self.store.add_event(c.name, "Cluster", "Error",

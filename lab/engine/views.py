@@ -90,6 +90,8 @@ def describe(st: Store, name: str) -> dict:
         out["FailureMessage"] = "; ".join(m for m in (c.failure_message, stale) if m)
     out["Lab"] = {"Provider": c.provider, "Simulated": c.provider == "sim",
                   "InServiceTime": iso(c.in_service_at), "FullSizeTime": iso(c.full_size_at)}
+    if c.host:
+        out["Lab"]["Host"] = c.host
     if stale:
         out["Lab"]["Stale"] = {"Since": iso(c.unobserved_since), "Reason": c.unobserved_reason}
     return out
@@ -184,6 +186,8 @@ def describe_node(st: Store, name: str, node_id: str) -> dict:
     out["Lab"] = {"Provider": c.provider, "Simulated": c.provider == "sim", "Phase": n.phase,
                   "Attempts": n.attempts, "Pending": n.pending,
                   "Box": n.image or cluster_box(c)}
+    if c.host:
+        out["Lab"]["Host"] = c.host
     return out
 
 

@@ -20,6 +20,7 @@ class ClusterRow:
     full_size_at: float | None = None
     unobserved_since: float | None = None  # the provider could not be asked since then (stale state)
     unobserved_reason: str | None = None
+    host: str | None = None  # the libvirt host its VMs run on (None: not placed, or a provider with one host)
 
 
 @dataclass

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -14,7 +14,7 @@ CREATE TABLE IF NOT EXISTS clusters (
   name TEXT PRIMARY KEY, arn TEXT NOT NULL, status TEXT NOT NULL, failure_message TEXT,
   spec TEXT NOT NULL, provider TEXT NOT NULL, net_index INTEGER NOT NULL,
   created_at REAL NOT NULL, in_service_at REAL, full_size_at REAL,
-  unobserved_since REAL, unobserved_reason TEXT
+  unobserved_since REAL, unobserved_reason TEXT, host TEXT
 );
 CREATE TABLE IF NOT EXISTS groups (
   cluster TEXT NOT NULL, name TEXT NOT NULL, instance_type TEXT NOT NULL, node_type TEXT NOT NULL,
@@ -65,6 +65,8 @@ ADDED_COLUMNS = [
     # schema 6: a deep health check's configurations (DescribeClusterOperation's DeepHealthCheckDetails)
     ("operations", "details", "TEXT"),
     ("nodes", "image", "TEXT"),  # the box a node's VM is made from (UpdateClusterSoftware), NULL: the cluster's
+    # schema 7: the libvirt host the cluster was placed on (lab/providers/placement.py), NULL: not placed
+    ("clusters", "host", "TEXT"),
 ]
 
 

@@ -197,7 +197,7 @@ def test_student_job_output_on_the_login_node():
 
 def test_student_logs_in_with_the_password_on_the_login_node_only(tmp_path):
     """The shared password opens the login node (ssh, password authentication) and no other node."""
-    from lab.providers.vagrant import ssh_exe
+    from lab.providers.reach import ssh_exe
     from lab.engine import daemon
 
     password = json.loads(sl("users", "show", NAME, "--output", "json").stdout)["Password"]

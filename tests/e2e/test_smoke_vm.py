@@ -14,7 +14,8 @@ from lab import box
 from lab.host import libvirtd
 from lab.providers import network
 from lab.providers.base import MachineSpec, mac_for
-from lab.providers.vagrant import VagrantProvider, ssh_exe
+from lab.providers.reach import ssh_exe
+from lab.providers.vagrant import VagrantProvider
 from lab.workspace import ClusterDir
 
 pytestmark = pytest.mark.e2e
