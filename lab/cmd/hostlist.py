@@ -104,7 +104,7 @@ def host_remove(name: str = typer.Argument(...), output: Output = OutputOpt) -> 
 @host_app.command("limit")
 def host_limit(name: str = typer.Argument(..., help="a host name (local: this machine)"),
                memory_mib: Optional[int] = MemOpt, cpus: Optional[int] = CpuOpt, output: Output = OutputOpt) -> None:
-    """Set the memory and vCPUs the lab may use on a host (placement and capacity honour them)."""
+    """Set the memory and vCPUs the lab may use on a host (placement and capacity honour them); 0 lifts a limit."""
     from lab.host import probe, registry
     from lab.providers import placement
 

@@ -18,6 +18,8 @@ def verify(
     name: str = typer.Argument(..., help="cluster name (its inventory: $SLURMLAB_HOME/clusters/NAME/inventory.yml)"),
     junit: Optional[str] = typer.Option(None, "--junit", help="also write JUnit XML to this file"),
     inventory: Optional[str] = typer.Option(None, "--inventory", help="check the cluster of this Ansible inventory instead"),
+    select: Optional[str] = typer.Option(None, "-k", help="only the checks whose names match this pytest -k expression, "
+                                         "e.g. -k slurmd"),
 ) -> None:
     """Check a running cluster (munge, daemons, jobs, names, SSH, clocks) with a testinfra suite. Exit 0 only when all pass."""
     from pathlib import Path
@@ -42,7 +44,8 @@ def verify(
         from lab.providers.reach import cluster_ssh_exe
 
         ssh = cluster_ssh_exe(name)
-    rc = v.run(inv, Path(junit).expanduser() if junit else None, ssh_executable=ssh)
+    rc = v.run(inv, Path(junit).expanduser() if junit else None, extra_args=("-k", select) if select else (),
+               ssh_executable=ssh)
     if rc == 5:
         err.print("error: the verify suite collected no tests (empty inventory groups?)", markup=False, highlight=False)
         rc = exitcodes.FAILURE

@@ -184,6 +184,8 @@ class Engine(Bookkeeping, Actions, Rolling, Checkpointing, HostLoss):
             await self._maybe_host_lost(c, prov, groups, nodes, e)  # given up after a while: lab/engine/hostloss.py
             return
         self.sight.seen(c)
+        if c.host is None and (host := prov.host_of(name)):  # a cluster placed before the store kept hosts
+            self.store.update_cluster(name, host=host)
         if c.status != "Deleting":
             observed = {k: v.state for k, v in seen.items()}
             self._fill_addresses(c, prov, nodes)

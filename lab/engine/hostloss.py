@@ -55,7 +55,10 @@ class HostLoss:
                 continue
             if automatic:
                 self._new_instance(c.name, n, prov, f"{reason}: replaced on host {new} (NodeRecovery Automatic)")
-                self.store.update_node(c.name, n.name, phase="failed", retry_at=now + FAILURE_SHOWN_S)
+                # a new address on the new host's network (its subnet may differ): _fill_addresses
+                self.store.update_node(c.name, n.name, phase="failed", retry_at=now + FAILURE_SHOWN_S, address="")
+                self.store.add_event(c.name, "Instance", "Error", f"{n.name}: Failure: {reason}; a new instance is "
+                                     f"launched on host {new} (NodeRecovery Automatic)", grp=n.grp, node=n.name)
             else:
                 self.store.update_node(c.name, n.name, phase="lost", message=f"{reason}; not replaced because NodeRecovery is None")
         self.store.update_cluster(c.name, host=new)

@@ -127,9 +127,10 @@ def add(host: Host) -> None:
 
 
 def set_limits(name: str, memory_mib: int | None, cpus: int | None) -> Host:
+    """Set (a positive value) or lift (0) the host's memory and CPU limits; None leaves one as it is."""
     for v, what in ((memory_mib, "--memory-mib"), (cpus, "--cpus")):
-        if v is not None and v <= 0:
-            raise UsageError(f"{what} must be a positive number, not {v}", f"give {what} a value above 0")
+        if v is not None and v < 0:
+            raise UsageError(f"{what} must be a number of MiB or CPUs, or 0 for no limit, not {v}", f"give {what} 0 or more")
     get(name)  # NotFound first
     entries = _entries()
     entry = next((e for e in entries if e["name"] == name), None)
@@ -137,7 +138,9 @@ def set_limits(name: str, memory_mib: int | None, cpus: int | None) -> Host:
         entry = {"name": name}
         entries.append(entry)
     for k, v in (("memory_mib", memory_mib), ("cpus", cpus)):
-        if v is not None:
+        if v == 0:
+            entry.pop(k, None)
+        elif v is not None:
             entry[k] = v
     _save(entries)
     return get(name)

@@ -1,4 +1,4 @@
-"""Issues 3, 4 and 11 on real VMs, one shared cluster.
+"""Issues 3, 4, 11 and 16 on real VMs, one shared cluster (and a second one on a second host).
 
 examples/workshop.yaml: 1 controller (slurmdbd, MariaDB, NFS server; 1 GiB) + 1 login + 2 compute
 (768 MiB each) + 1 node with an emulated GPU (1 GiB), 20 student accounts. Only one ml.c5.large is
@@ -38,6 +38,7 @@ REPO = Path(__file__).resolve().parents[2]
 SPEC = REPO / "examples" / "workshop.yaml"
 CAPACITY = Path(__file__).parent / "data" / "capacity-one-compute.yaml"
 NAME = "class"  # examples/workshop.yaml's ClusterName
+ROLE = "arn:aws:iam::000000000000:role/lab"
 
 
 def sl(*args, check=True, timeout=2400) -> subprocess.CompletedProcess:
@@ -89,6 +90,7 @@ def lab_home(tmp_path_factory):
     home = tmp_path_factory.mktemp("slurmlab-home")
     old = os.environ.get("SLURMLAB_HOME")
     os.environ["SLURMLAB_HOME"] = str(home)
+    os.environ["SLURMLAB_HOST_LOST_S"] = "20"  # the engine gives a silent second host up after 20 s (not 60)
     yield home
     # safety net: whatever happened, leave nothing behind; keep the logs
     if (home / "clusters" / NAME).exists():
@@ -291,7 +293,7 @@ def test_verify_names_a_stopped_slurmd(tmp_path):
     node = f"{NAME}-compute-2"
     on(node, "sudo systemctl stop slurmd")
     junit = tmp_path / "verify.xml"
-    p = sl("verify", NAME, "--junit", str(junit), check=False, timeout=1200)
+    p = sl("verify", NAME, "-k", "slurmd", "--junit", str(junit), check=False, timeout=1200)  # only the slurmd checks
     _keep("verify-slurmd-stopped.txt", p)
     _, failed = _junit(junit)
     assert p.returncode == 1, p.stdout[-4000:]
@@ -577,6 +579,124 @@ def test_rolling_update_of_the_gpu_node_then_the_controller_while_a_job_runs():
         conn.close()
     out = student("srun -p gpu --gres=gpu:1 sh -c 'echo CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES'")
     assert out.strip() == "CUDA_VISIBLE_DEVICES=0", out
+
+
+FAR, H2 = "far", "e2e-b"  # the second cluster, and the simulated second host it is placed on
+
+
+def _active_mib(conn) -> int:
+    return sum(d.info()[1] // 1024 for d in conn.listAllDomains() if d.isActive())
+
+
+def _events_of(cluster: str) -> list[str]:
+    return [e["Description"] for e in json.loads(sl("list-cluster-events", cluster, "--output", "json").stdout)["Events"]]
+
+
+def _wait(cond, timeout: float, what: str, every: float = 5.0):
+    deadline = time.monotonic() + timeout
+    while not (got := cond()):
+        assert time.monotonic() < deadline, f"timed out after {timeout:.0f} s waiting for {what}"
+        time.sleep(every)
+    return got
+
+
+def test_a_second_host_takes_the_cluster_the_first_has_no_room_for_and_loses_it_to_recovery(tmp_path):
+    """Issue 16 on real VMs: a second libvirt host simulated on this machine (its own libvirtd in its own
+    network and mount namespaces). With this host's memory limited to what the class cluster uses plus
+    1000 MiB, a cluster made with boto3 (controller + 2 compute, 2304 MiB) is placed on the second host;
+    both clusters run `srun -N2 hostname`. With room here again, the second host's libvirtd is stopped:
+    after SLURMLAB_HOST_LOST_S its nodes become Failure and are launched again here; srun works again;
+    when the second host is back, what the cluster left there is removed; delete and `host remove` leave
+    nothing."""
+    import boto3
+
+    from lab.host import registry, simulated
+    from lab.providers import domains
+
+    sl("host", "simulate", H2)
+    server = None
+    try:
+        conn = libvirtd.connect()
+        try:
+            sl("host", "limit", "local", "--memory-mib", str(_active_mib(conn) + 1000))
+        finally:
+            conn.close()
+        state = Path(os.environ["SLURMLAB_HOME"])
+        log = open(tmp_path / "serve.log", "w")
+        server = subprocess.Popen([sys.executable, "-m", "lab", "serve", "--provider", "vagrant", "--port", "0"],
+                                  stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        (state / "serve.json").unlink(missing_ok=True)
+        _wait(lambda: (state / "serve.json").exists() or server.poll() is not None, 60, "slurmlab serve", 0.2)
+        time.sleep(0.3)
+        client = boto3.client("sagemaker", endpoint_url=json.loads((state / "serve.json").read_text())["url"],
+                              region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+        lifecycle = {"SourceS3Uri": str(REPO / "examples" / "lifecycle"), "OnCreate": "on_create.sh"}
+        arn = client.create_cluster(ClusterName=FAR, NodeProvisioningMode="Continuous", NodeRecovery="Automatic",
+                                    InstanceGroups=[
+            {"InstanceGroupName": "controller", "InstanceType": "ml.t3.medium", "InstanceCount": 1,
+             "ExecutionRole": ROLE, "SlurmConfig": {"NodeType": "Controller"}, "LifeCycleConfig": lifecycle},
+            {"InstanceGroupName": "compute", "InstanceType": "ml.c5.large", "InstanceCount": 2, "ExecutionRole": ROLE,
+             "SlurmConfig": {"NodeType": "Compute", "PartitionNames": ["dev"]}, "LifeCycleConfig": lifecycle}])["ClusterArn"]
+        assert arn.startswith("arn:aws:sagemaker:")
+
+        def far_full() -> bool:
+            ns = client.list_cluster_nodes(ClusterName=FAR)["ClusterNodeSummaries"]
+            return len(ns) == 3 and all(n["InstanceStatus"]["Status"] == "Running" for n in ns)
+
+        _wait(far_full, 1200, "cluster far at full size on the second host")
+        far = json.loads(sl("describe-cluster", FAR, "--output", "json").stdout)
+        assert far["Lab"]["Host"] == H2 and describe()["Lab"]["Host"] == "local", far
+        listed = json.loads(sl("list-cluster-nodes", FAR, "--output", "json").stdout)["ClusterNodeSummaries"]
+        assert {n["Lab"]["Host"] for n in listed} == {H2}
+        h2 = registry.get(H2)
+        c2 = h2.connect()
+        try:
+            assert sorted(d.name() for d in domains.of_cluster(c2, FAR)) == ["far-compute-1", "far-compute-2", "far-controller-1"]
+        finally:
+            c2.close()
+        srun = "timeout 120 srun --immediate=60 -p dev -N2 hostname"
+        assert sorted(sl("ssh", FAR, "controller", "--", srun).stdout.split()) == ["far-compute-1", "far-compute-2"]
+        assert sorted(h.split(".")[0] for h in on("login", srun).split()) == [f"{NAME}-compute-1", f"{NAME}-compute-2"]
+
+        # the second host goes away, with room for the cluster here now
+        sl("host", "limit", "local", "--memory-mib", "0")
+        pid = simulated.pid(H2)
+        assert pid, "the simulated host's libvirtd should run"
+        os.kill(pid, signal.SIGTERM)
+        _wait(lambda: any(f"host {H2} lost" in e and "now lives on host local" in e for e in _events_of(FAR)),
+              300, "the engine to give the second host up")
+        failed = [e for e in _events_of(FAR) if f": Failure: host {H2} lost" in e]
+        assert sorted(e.split(":")[0] for e in failed) == ["far-compute-1", "far-compute-2", "far-controller-1"], failed
+        _wait(far_full, 1200, "cluster far rebuilt on this host")
+        assert json.loads(sl("describe-cluster", FAR, "--output", "json").stdout)["Lab"]["Host"] == "local"
+        assert sorted(sl("ssh", FAR, "controller", "--", srun).stdout.split()) == ["far-compute-1", "far-compute-2"]
+
+        # the host is back: what the cluster left there goes (the engine asks every 30 s)
+        sl("host", "simulate", H2)
+
+        def nothing_left_on_h2() -> bool:
+            c = h2.connect()
+            try:
+                return not domains.of_cluster(c, FAR) and network.net_name(FAR) not in [n.name() for n in c.listAllNetworks()]
+            finally:
+                c.close()
+
+        _wait(nothing_left_on_h2, 180, "the old VMs on the second host to be removed")
+        client.delete_cluster(ClusterName=FAR)
+        _wait(lambda: all(c["ClusterName"] != FAR for c in client.list_clusters()["ClusterSummaries"]), 600, "far deleted")
+        sl("host", "remove", H2)
+        assert not Path("/run/netns", simulated.netns(H2)).exists() and not simulated.folder(H2).exists()
+        assert [h["name"] for h in json.loads(sl("host", "list", "--output", "json").stdout)] == ["local"]
+    finally:
+        if server is not None:
+            server.send_signal(signal.SIGTERM)
+            server.wait(timeout=30)
+        sl("host", "limit", "local", "--memory-mib", "0", check=False)
+        sl("delete-cluster", FAR, check=False, timeout=900)
+        if simulated.folder(H2).exists():
+            simulated.stop(H2, force=True)
+            simulated.remove(H2)
+            sl("host", "remove", H2, check=False)
 
 
 def test_delete_leaves_nothing_in_libvirt():

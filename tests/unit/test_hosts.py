@@ -63,9 +63,15 @@ def test_bad_or_clashing_hosts_are_refused_and_change_nothing(lab_home, host, er
     assert registry.file().read_text() == before
 
 
-def test_limits_must_be_positive_and_local_cannot_go(lab_home):
+def test_limits_are_set_and_lifted_and_local_cannot_go(lab_home):
     with pytest.raises(UsageError):
-        registry.set_limits("local", 0, None)
+        registry.set_limits("local", -1, None)
+    assert not registry.file().exists()
+    registry.set_limits("local", 2048, 2)
+    assert (registry.get("local").memory_mib, registry.get("local").cpus) == (2048, 2)
+    registry.set_limits("local", 0, None)  # 0 lifts a limit, None leaves one
+    assert (registry.get("local").memory_mib, registry.get("local").cpus) == (None, 2)
+    registry.file().unlink()
     with pytest.raises(UsageError):
         registry.remove("local")
     with pytest.raises(NotFound):

@@ -79,6 +79,15 @@ def test_named_cluster_is_checked_on_its_running_nodes_only(lab_home, monkeypatc
     assert oct(inv.stat().st_mode & 0o777) == "0o600"
 
 
+def test_k_selects_checks_as_pytest_does(lab_home, monkeypatch):
+    _real_cluster(lab_home)
+    calls = []
+    monkeypatch.setattr(verify, "run", lambda i, j, extra_args=(), ssh_executable=None: calls.append(extra_args) or 0)
+    assert CliRunner().invoke(app, ["verify", "demo", "-k", "slurmd"]).exit_code == 0
+    assert CliRunner().invoke(app, ["verify", "demo"]).exit_code == 0
+    assert calls == [("-k", "slurmd"), ()]
+
+
 def test_missing_inventory_given_by_path(lab_home, tmp_path):
     res = CliRunner().invoke(app, ["verify", "x", "--inventory", str(tmp_path / "none.yml")])
     assert isinstance(res.exception, NotFound)
