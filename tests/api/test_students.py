@@ -311,3 +311,37 @@ def test_serve_without_auth_binds_loopback_only(lab_home):
     assert not (lab_home / "serve.lock").exists()  # refused before it took the state directory
     assert api.is_loopback("127.0.0.1") and api.is_loopback("::1") and api.is_loopback("localhost")
     assert not api.is_loopback("10.0.0.5") and not api.is_loopback("example.org")
+
+
+def test_serve_with_auth_binds_any_address_and_tells_how_to_connect(lab_home):
+    """The real `slurmlab serve --auth --host 0.0.0.0`: the banner says how students connect, never a secret."""
+    import os
+    import sys
+    import time
+
+    from lab.engine import daemon
+
+    s, secret = Registry(lab_home).add("alice")
+    env = {**os.environ, "SLURMLAB_HOME": str(lab_home)}
+    p = subprocess.Popen([sys.executable, "-m", "lab", "serve", "--provider", "sim", "--port", "0", "--auth",
+                          "--host", "0.0.0.0", "--state-dir", str(lab_home)], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not (lab_home / "serve.json").exists():
+            assert p.poll() is None and time.monotonic() < deadline, p.communicate()
+            time.sleep(0.1)
+        port = json.loads((lab_home / "serve.json").read_text())["url"].rsplit(":", 1)[1]
+        c = boto3.client("sagemaker", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1",
+                         aws_access_key_id=s.AccessKeyId, aws_secret_access_key=secret, config=CFG)
+        assert c.list_clusters()["ClusterSummaries"] == []
+        with pytest.raises(ClientError) as e:
+            boto3.client("sagemaker", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1",
+                         aws_access_key_id=s.AccessKeyId, aws_secret_access_key="y" * 40, config=CFG).list_clusters()
+        assert code_of(e) == "InvalidSignatureException"
+    finally:
+        p.terminate()
+        _, err = p.communicate(timeout=30)
+        daemon.stop(timeout=20)
+    assert "auth:" in err and "alice" in err and "region us-east-1" in err and "<this machine's address>" in err
+    assert secret not in err and s.Secret not in err
