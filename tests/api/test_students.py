@@ -23,6 +23,7 @@ from botocore.exceptions import ClientError
 
 from lab.students import Limits, Registry
 from tests.api import botocheck
+from tests.api.conftest import EXAMPLES
 from tests.api.seed import create_request, group
 from tests.api.test_read import AWS, aws_env
 
@@ -286,10 +287,16 @@ def test_the_instructor_has_no_quota(school):
 # ------------------------------------------------------------------------------------ S3 under --auth
 def test_s3_needs_a_valid_signature_too(school, lab_home):
     assert school.cli("alice", "mb", "s3://scripts", service="s3").returncode == 0
+    lifecycle = str(EXAMPLES / "lifecycle")
+    p = school.cli("alice", "sync", lifecycle, "s3://scripts/v1", service="s3")
+    assert p.returncode == 0, p.stderr
+    assert (lab_home / "s3" / "scripts" / "v1" / "on_create.sh").is_file()
+    p = school.cli("alice-wrong-secret", "sync", lifecycle, "s3://scripts/v2", service="s3")
+    assert p.returncode != 0 and "SignatureDoesNotMatch" in p.stderr and not (lab_home / "s3" / "scripts" / "v2").exists()
     s3 = school.client("alice", service="s3")
     s3.put_object(Bucket="scripts", Key="run me.sh", Body=b"echo hi\n")
     assert (lab_home / "s3" / "scripts" / "run me.sh").read_bytes() == b"echo hi\n"
-    assert [o["Key"] for o in s3.list_objects_v2(Bucket="scripts")["Contents"]] == ["run me.sh"]
+    assert "run me.sh" in [o["Key"] for o in s3.list_objects_v2(Bucket="scripts")["Contents"]]
     for who, code in (("alice-wrong-secret", "SignatureDoesNotMatch"), ("stranger", "InvalidAccessKeyId")):
         with pytest.raises(ClientError) as e:
             school.client(who, service="s3").put_object(Bucket="scripts", Key="evil.sh", Body=b"rm -rf /\n")
