@@ -106,5 +106,5 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-__all__ = ["DEFAULT_PORT", "OPERATIONS", "PROVIDERS", "ApiError", "ApiServer", "EngineWatch", "Lab", "ServeLock",
+__all__ = ["DEFAULT_PORT", "OPERATIONS", "PROVIDERS", "ApiError", "ApiServer", "EngineWatch", "Lab", "ServeLock", "is_loopback",
            "make_server", "run"]
