@@ -138,3 +138,33 @@ def test_a_malformed_authorization_header_is_named(tmp_path, auth, says):
     with pytest.raises(sigv4.Refused) as e:
         sigv4.verify(Registry(tmp_path), sigv4.Incoming("POST", "/", m, b""), "sagemaker", "us-east-1")
     assert e.value.code == "IncompleteSignatureException" and says in e.value.message
+
+
+# ------------------------------------------------------------------------------------ the CLI
+def _cli(home, *args: str):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "lab", "students", *args], env={**os.environ, "SLURMLAB_HOME": str(home)},
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_the_students_commands(tmp_path):
+    p = _cli(tmp_path, "add", "alice", "--max-nodes", "4", "--output", "json")
+    assert p.returncode == 0, p.stderr
+    added = json.loads(p.stdout)
+    assert added["Quota"] == {"MaxClusters": 2, "MaxNodes": 4, "MaxMemoryMiB": 8192} and len(added["SecretAccessKey"]) == 40
+    before = (tmp_path / "students.json").read_bytes()
+    p = _cli(tmp_path, "add", "alice")
+    assert p.returncode == 4 and "already exists" in p.stderr and added["SecretAccessKey"] not in p.stderr
+    p = _cli(tmp_path, "add", "Bad Name")
+    assert p.returncode == 2 and "fix:" in p.stderr
+    assert (tmp_path / "students.json").read_bytes() == before
+    p = _cli(tmp_path, "list", "--output", "json")
+    listed = json.loads(p.stdout)["Students"]
+    assert [s["Name"] for s in listed] == ["alice"] and added["SecretAccessKey"] not in p.stdout
+    assert "Secret" not in listed[0] and listed[0]["Clusters"] == []
+    assert _cli(tmp_path, "set-quota", "alice").returncode == 2
+    assert json.loads(_cli(tmp_path, "set-quota", "alice", "--max-clusters", "-1", "-o", "json").stdout)["Quota"]["MaxClusters"] is None
+    assert _cli(tmp_path, "remove", "alice").returncode == 0
+    assert _cli(tmp_path, "remove", "alice").returncode == 3
