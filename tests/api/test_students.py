@@ -227,7 +227,8 @@ def test_the_console_needs_the_instructors_key(school):
     assert get("/_lab/state", school.basic("alice"))[0] == 403
     assert get("/_lab/state", school.basic("alice-wrong-secret"))[0] == 401
     status, _, body = get("/_lab/state", school.basic("teacher"))
-    assert status == 200 and sorted(c["ClusterName"] for c in json.loads(body)["Clusters"]) == ["a1", "b1"]
+    assert status == 200
+    assert sorted((c["ClusterName"], c["Lab"]["Student"]) for c in json.loads(body)["Clusters"]) == [("a1", "alice"), ("b1", "bob")]
     assert get("/", school.basic("teacher"))[0] == 200
     assert get("/_lab/health", {})[0] == 200
     status, body = school.api.post("/_lab/capacity", {"Reset": True})
