@@ -45,7 +45,8 @@ class Refused(ApiError):
     """A request whose signature does not name a student, or does not check out (an error reply)."""
 
     def __init__(self, kind: str, service: str, message: str):
-        super().__init__(*CODES[service][kind][:1], message, CODES[service][kind][1])
+        code, status = CODES[service][kind]
+        super().__init__(code, message, status)
         self.kind = kind
 
 

@@ -59,7 +59,8 @@ def serve(
     state_dir: Optional[str] = typer.Option(None, "--state-dir", help="state directory (default $SLURMLAB_HOME)"),
     log_requests: bool = typer.Option(True, "--log-requests/--no-log-requests", help="one line per request on stderr"),
     region: Optional[str] = typer.Option(None, help="the region in the ARNs of clusters created by unsigned requests "
-                                         "(a signed request's own region wins; default $SLURMLAB_REGION or us-east-1)"),
+                                         "(a signed request's own region wins; under --auth requests must be signed for it; default "
+                                         "$SLURMLAB_REGION or us-east-1)"),
     account_id: Optional[str] = typer.Option(None, "--account-id", help="the account in the ARNs (12 digits; default "
                                              "$SLURMLAB_ACCOUNT_ID or 000000000000)"),
     auth: bool = typer.Option(False, "--auth", help="check SigV4 signatures against the students' keys (slurmlab "
