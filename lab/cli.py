@@ -19,9 +19,9 @@ from lab.errors import LabError
 from lab.output import Output, err, out, print_json
 
 # The areas register their commands in this order, the order of `slurmlab --help`: version (base),
-# doctor, the host and box groups (hosts), the cluster commands and up, verify and serve, the users
-# group; the capacity and engine groups follow below.
-for _area in ("hosts", "hostlist", "clusters", "serving", "users", "checkpoints"):
+# doctor, the host and box groups (hosts, hostlist: the lab's libvirt hosts), the cluster commands and up, verify and serve, the users
+# group, the students group; the capacity and engine groups follow below.
+for _area in ("hosts", "hostlist", "clusters", "serving", "users", "students", "checkpoints"):
     importlib.import_module(f"lab.cmd.{_area}")
 
 capacity_app = typer.Typer(help="Simulated capacity per instance type (the lab's 'insufficient capacity' day).",

@@ -26,13 +26,16 @@ DEFAULT_PORT = 8008
 
 def run(host: str = "127.0.0.1", port: int = DEFAULT_PORT, provider: str = "vagrant", capacity_file: str | None = None,
         before_create: Callable[[Any], None] | None = None, on_ready: Callable[[ApiServer], None] | None = None,
-        region: str | None = None, account: str | None = None) -> None:
+        region: str | None = None, account: str | None = None, auth: bool = False) -> None:
     """Serve until Ctrl-C or SIGTERM. The state directory is $SLURMLAB_HOME (lab.paths.home()). `region`
-    and `account` make the ARNs of clusters created by requests that name no region (unsigned ones)."""
+    and `account` make the ARNs of clusters created by requests that name no region (unsigned ones).
+    `auth`: every request must be signed with a student's key (lab.students), and requests must be
+    signed for `region`; without it only a loopback address may be bound."""
     from lab import capacity, paths
     from lab.api.labctl import apply_capacity
     from lab.engine import daemon
     from lab.errors import UsageError
+    from lab.students import Registry
 
     if provider not in PROVIDERS:
         raise UsageError(f"--provider {provider}: unknown", f"use one of: {', '.join(PROVIDERS)}")
@@ -44,6 +47,11 @@ def run(host: str = "127.0.0.1", port: int = DEFAULT_PORT, provider: str = "vagr
     if not re.fullmatch(r"\d{12}", account):
         raise UsageError(f"--account-id (or $SLURMLAB_ACCOUNT_ID) {account!r}: not 12 digits",
                          "e.g. 123456789012 (the default is 000000000000)")
+    if not auth and not is_loopback(host):
+        raise UsageError(f"--host {host}: without --auth the lab serves this machine only (127.0.0.1 or ::1): anyone who "
+                         "reaches the port could create, change and delete every cluster",
+                         "add --auth (every request signed with a student's key: slurmlab students add NAME), "
+                         "or listen on 127.0.0.1")
     cap = capacity.load(capacity_file) if capacity_file else None  # a bad file: nothing changes
     lock = ServeLock(paths.home())
     lock.acquire()
@@ -55,7 +63,8 @@ def run(host: str = "127.0.0.1", port: int = DEFAULT_PORT, provider: str = "vagr
         if cap is not None:
             apply_capacity(st, cap)
         lab = Lab(store=st, provider=provider, base_dir=Path.cwd(), before_create=before_create,
-                  ensure_engine=daemon.ensure_running, region=region, account=account)
+                  ensure_engine=daemon.ensure_running, region=region, account=account,
+                  students=Registry(paths.home()) if auth else None)
         try:
             server = make_server(lab, host, port)
         except OSError as e:
@@ -85,5 +94,17 @@ def run(host: str = "127.0.0.1", port: int = DEFAULT_PORT, provider: str = "vagr
         lock.release()
 
 
-__all__ = ["DEFAULT_PORT", "OPERATIONS", "PROVIDERS", "ApiError", "ApiServer", "EngineWatch", "Lab", "ServeLock",
+def is_loopback(host: str) -> bool:
+    """Whether `host` (an address or `localhost`) is this machine only."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+__all__ = ["DEFAULT_PORT", "OPERATIONS", "PROVIDERS", "ApiError", "ApiServer", "EngineWatch", "Lab", "ServeLock", "is_loopback",
            "make_server", "run"]

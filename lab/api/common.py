@@ -16,6 +16,8 @@ from lab.engine import views
 from lab.errors import Conflict, LabError, NotFound, UsageError
 from lab.spec.problems import SpecInvalid
 from lab.store.db import Store
+from lab.store.rows import ClusterRow
+from lab.students import Registry, Student
 
 
 @dataclass
@@ -33,6 +35,7 @@ class Lab:
     tokens: dict[str, tuple[float, str, dict]] = field(default_factory=dict)
     tokens_lock: threading.Lock = field(default_factory=threading.Lock)
     resolve_image: Callable[[str | None], str] | None = None  # ImageId -> box (None: lab.box.images.resolve)
+    students: Registry | None = None  # `serve --auth`: requests are signed by students (lab/api/tenancy.py)
 
     def engine(self) -> None:
         if self.ensure_engine:
@@ -40,6 +43,15 @@ class Lab:
 
 
 REGION: ContextVar[str | None] = ContextVar("region", default=None)  # the request's, set by call()
+CALLER: ContextVar[Student | None] = ContextVar("caller", default=None)  # who signed it (None: no --auth, the console)
+
+
+def visible(lab: Lab, c: ClusterRow) -> bool:
+    """Whether the request's caller may see cluster `c`: a student sees only their own clusters."""
+    who = CALLER.get()
+    if lab.students is None or who is None or who.Instructor:
+        return True
+    return lab.students.owner(c.name, c.created_at) == who.Name
 
 
 # ------------------------------------------------------------------------------------ helpers
@@ -47,10 +59,11 @@ def cluster_name(lab: Lab, ref: str, field_name: str = "ClusterName") -> str:
     """A ClusterName or ClusterArn -> the name of an existing cluster (else ResourceNotFound)."""
     if ref.startswith("arn:"):
         for c in lab.store.clusters():
-            if c.arn == ref:
+            if c.arn == ref and visible(lab, c):
                 return c.name
         raise ApiError("ResourceNotFound", f"{field_name}: no cluster with ARN '{ref}' in this lab")
-    if lab.store.cluster(ref) is None:
+    c = lab.store.cluster(ref)
+    if c is None or not visible(lab, c):  # another student's cluster is not there for this one
         raise ApiError("ResourceNotFound", f"{field_name}: no cluster named '{ref}' in this lab "
                        "(ListClusters shows the clusters there are)")
     return ref

@@ -106,6 +106,8 @@ def state(lab: operations.Lab) -> dict:
         for g in shaped.get("InstanceGroups", []):
             g["NodeType"] = kinds.get(g.get("InstanceGroupName"))
         shaped["Lab"] = {k: (model.timestamp(v) if k.endswith("Time") and v else v) for k, v in (d.get("Lab") or {}).items()}
+        if lab.students is not None:  # `serve --auth`: whose cluster it is (None: made without a student's key)
+            shaped["Lab"]["Student"] = lab.students.owner(c.name, c.created_at)
         shaped["Nodes"] = [model.shape_named("ClusterNodeSummary", n) | {"NodeLogicalId": n.get("NodeLogicalId"),
                                                                           "PrivatePrimaryIp": n.get("PrivatePrimaryIp")}
                            for n in nodes]

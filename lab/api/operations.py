@@ -14,14 +14,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from lab.api import model
-from lab.api.common import REGION, Lab, cluster_name, lab_error, not_found, spec_error
+from lab.api import model, tenancy
+from lab.api.common import CALLER, REGION, Lab, cluster_name, lab_error, not_found, spec_error, visible
 from lab.api.model import ApiError
 from lab.api.paging import between, paged
 from lab.engine import clusters, health, moves, software
 from lab.engine.operations import describe_operation, list_operations
 from lab.errors import LabError, NotFound
 from lab.spec.problems import Problem, SpecInvalid
+from lab.students import Student
 
 MAX_CLUSTERS = clusters.MAX_CLUSTERS  # the engine's limit, named in the error message
 CLIENT_TOKEN_TTL = 8 * 3600  # BatchAddClusterNodes.ClientToken: "valid for 8 hours"
@@ -44,6 +45,7 @@ def create_cluster(lab: Lab, body: dict) -> dict:
         except clusters.ClusterLimit:
             raise ApiError("ResourceLimitExceeded", f"ClusterName: the lab holds at most {MAX_CLUSTERS} clusters; "
                            "delete one first") from None
+        tenancy.check_create(lab, spec)  # the caller's quota, before anything is made
         if lab.before_create:
             lab.before_create(spec)
         try:
@@ -51,6 +53,7 @@ def create_cluster(lab: Lab, body: dict) -> dict:
                                   cluster_arn=clusters.arn(spec.name, REGION.get() or lab.region, lab.account))
         except (sqlite3.IntegrityError, clusters.NameTaken):
             raise ApiError("ResourceInUse", f"ClusterName: a cluster named '{spec.name}' already exists") from None
+        tenancy.record_owner(lab, row)
     lab.engine()
     return {"ClusterArn": row.arn}
 
@@ -67,7 +70,7 @@ def describe_cluster(lab: Lab, body: dict) -> dict:
 
 
 def list_clusters(lab: Lab, body: dict) -> dict:
-    rows = lab.store.clusters()
+    rows = [c for c in lab.store.clusters() if visible(lab, c)]
     items = []
     for c in rows:
         if body.get("NameContains") and body["NameContains"] not in c.name:
@@ -122,6 +125,7 @@ def update_cluster(lab: Lab, body: dict) -> dict:
         if problems:
             raise model.validation_error(problems) from None
         raise
+    tenancy.check_update(lab, name, body)
     req = {**body, "ClusterName": name}
     clusters.update(lab.store, name, req, base_dir=lab.base_dir)  # one store transaction: safe against any other writer
     lab.engine()
@@ -191,6 +195,7 @@ def batch_add_cluster_nodes(lab: Lab, body: dict) -> dict:
             raise ApiError("ValidationException", f"NodesToAdd[{i}].InstanceGroupName: '{g}' is named twice; "
                            "give each group once with the whole increment")
         seen_names.add(g)
+    tenancy.check_add(lab, name, body["NodesToAdd"])
     result = clusters.add_nodes(lab.store, name, body["NodesToAdd"])
     lab.engine()
     result = {"Successful": list(result.get("Successful", [])), "Failed": list(result.get("Failed", []))}
@@ -352,10 +357,19 @@ HANDLERS: dict[str, Callable[[Lab, dict], dict]] = {
 assert set(HANDLERS) == set(model.OPERATIONS)
 
 
-def call(lab: Lab, op: str, body: Any, region: str | None = None) -> dict:
+def call(lab: Lab, op: str, body: Any, region: str | None = None, caller: Student | None = None) -> dict:
     """Check `body` against the model, run the operation, shape the answer. Raises ApiError.
-    `region`: the one the client signed for (SigV4's credential scope); a new cluster's ARN names it."""
+    `region`: the one the client signed for (SigV4's credential scope); a new cluster's ARN names it.
+    `caller`: the student who signed it (`serve --auth`): they see and change only their own clusters."""
     REGION.set(region)
+    token = CALLER.set(caller)
+    try:
+        return _call(lab, op, body)
+    finally:
+        CALLER.reset(token)
+
+
+def _call(lab: Lab, op: str, body: Any) -> dict:
     if op not in ("CreateCluster", "UpdateCluster"):  # these two: lab.spec checks them (with the lab's rules)
         problems = model.check_input(op, body)
         if problems:
@@ -363,7 +377,8 @@ def call(lab: Lab, op: str, body: Any, region: str | None = None) -> dict:
     elif not isinstance(body, dict):
         raise ApiError("SerializationException", f"the request body must be a JSON object, got {type(body).__name__}")
     try:
-        result = HANDLERS[op](lab, body)
+        with tenancy.quota_guard(lab, op):
+            result = HANDLERS[op](lab, body)
     except ApiError:
         raise
     except SpecInvalid as e:

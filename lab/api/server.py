@@ -23,7 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from lab.api import console, labctl, model, operations, s3
+from lab.api import console, labctl, model, operations, s3, sigv4
 from lab.api.model import ApiError
 from lab.spec.rules.lifecycle import s3_mirror
 
@@ -38,7 +38,8 @@ SIGNED_SCOPE = re.compile(r"Credential=[^/,\s]+/\d{8}/([a-z0-9-]{1,40})/([a-z0-9
 
 def signed_scope(authorization: str | None) -> tuple[str | None, str | None]:
     """(region, service) a SigV4-signed request is for (the client's region_name / --region, and
-    sagemaker or s3); (None, None) when unsigned. The lab does not check signatures: any key works."""
+    sagemaker or s3); (None, None) when unsigned. Without --auth the lab does not check signatures: any key
+    works; with it, lab/api/sigv4.py checks them."""
     m = SIGNED_SCOPE.search(authorization or "")
     return (m.group(1), m.group(2)) if m else (None, None)
 
@@ -82,6 +83,8 @@ class Handler(BaseHTTPRequestHandler):
                error: bool = False, request_id: str | None = None) -> None:
         data = body if isinstance(body, bytes) else json.dumps(body, separators=(",", ":")).encode()
         self.send_response(status)
+        if status == 401:  # the console under --auth: the browser asks for the instructor's key
+            self.send_header("WWW-Authenticate", 'Basic realm="slurmlab console", charset="UTF-8"')
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         self.send_header("x-amzn-RequestId", request_id or str(uuid.uuid4()))
@@ -146,13 +149,17 @@ class Handler(BaseHTTPRequestHandler):
             body = self._read_body()  # first: an unread body would poison the next request on this connection
             if path.startswith("/_lab/"):
                 op = path
+                self._instructor()
                 self._reply(200, self._lab_post(path, body), content_type="application/json", request_id=rid)
                 return
             if path != "/":
+                self._caller(body, "sagemaker")
                 raise ApiError("UnknownOperationException", f"path {path[:100]!r}: SageMaker's API is served at POST /", 404)
+            caller = self._caller(body, "sagemaker")  # first, as AWS does: a refused request is not looked at
             op = self._operation()
             request = self._json(body)
-            result = operations.call(self.server.lab, op, request, region=signed_region(self.headers.get("Authorization")))
+            region = self.server.lab.region if caller else signed_region(self.headers.get("Authorization"))
+            result = operations.call(self.server.lab, op, request, region=region, caller=caller)
             self._reply(200, result, request_id=rid)
         except ApiError as e:
             status = e.status
@@ -172,7 +179,10 @@ class Handler(BaseHTTPRequestHandler):
         t0 = time.perf_counter()
         try:
             body = self._read_body()
+            self._caller(body, "s3")
             status, headers, data = self.server.s3.handle(self.command, self.path, dict(self.headers.items()), body)
+        except sigv4.Refused as e:
+            status, headers, data = e.status, [("Content-Type", "application/xml")], s3.error_xml(e.code, e.message)
         except ApiError as e:
             status, headers, data = e.status, [("Content-Type", "application/xml")], s3.error_xml("InvalidRequest", e.message)
         except Exception as e:  # noqa: BLE001 - moto raises on requests S3 would refuse (a POST with no action)
@@ -202,6 +212,8 @@ class Handler(BaseHTTPRequestHandler):
             return
         path = self.path.split("?", 1)[0]
         try:
+            if path != "/_lab/health":
+                self._instructor()
             if path in ("/", "/index.html"):
                 self._reply(200, console.page(), content_type="text/html; charset=utf-8")
             elif path == "/_lab/state":
@@ -235,6 +247,18 @@ class Handler(BaseHTTPRequestHandler):
         self._error(ApiError("UnknownOperationException", f"method {self.command}: use POST / for SageMaker's API", 405))
 
     do_PATCH = do_OPTIONS = _not_allowed  # noqa: N815
+
+    # ---------------------------------------------------------------- who asks (`serve --auth`)
+    def _caller(self, body: bytes, service: str):
+        """The student who signed the request (None without --auth); sigv4.Refused (an ApiError) if none did."""
+        students = self.server.lab.students
+        return None if students is None else sigv4.verify(
+            students, sigv4.Incoming(self.command, self.path, self.headers, body), service, self.server.lab.region)
+
+    def _instructor(self) -> None:
+        """The console and /_lab/ under --auth: an instructor's key (HTTP Basic), else 401."""
+        if self.server.lab.students is not None:
+            sigv4.instructor_login(self.server.lab.students, self.headers.get("Authorization"))
 
     # ---------------------------------------------------------------- SageMaker
     def _operation(self) -> str:

@@ -54,16 +54,20 @@ def verify(
 
 @app.command()
 def serve(
-    host: str = typer.Option("127.0.0.1", help="address to listen on (127.0.0.1: this machine only)"),
+    host: str = typer.Option("127.0.0.1", help="address to listen on (127.0.0.1: this machine only; any other "
+                             "address needs --auth)"),
     port: int = typer.Option(8008, help="TCP port (0 picks a free one)"),
     provider: str = typer.Option("vagrant", help="vagrant (real VMs) or sim (simulated nodes, no VMs)"),
     capacity_file: Optional[str] = typer.Option(None, "--capacity", help="capacity file (YAML) to apply at start"),
     state_dir: Optional[str] = typer.Option(None, "--state-dir", help="state directory (default $SLURMLAB_HOME)"),
     log_requests: bool = typer.Option(True, "--log-requests/--no-log-requests", help="one line per request on stderr"),
     region: Optional[str] = typer.Option(None, help="the region in the ARNs of clusters created by unsigned requests "
-                                         "(a signed request's own region wins; default $SLURMLAB_REGION or us-east-1)"),
+                                         "(a signed request's own region wins; under --auth requests must be signed for it; default "
+                                         "$SLURMLAB_REGION or us-east-1)"),
     account_id: Optional[str] = typer.Option(None, "--account-id", help="the account in the ARNs (12 digits; default "
                                              "$SLURMLAB_ACCOUNT_ID or 000000000000)"),
+    auth: bool = typer.Option(False, "--auth", help="check SigV4 signatures against the students' keys (slurmlab "
+                              "students add): each student sees only their own clusters, within a quota"),
 ) -> None:
     """Serve HyperPod's cluster API (AWS JSON 1.1) for boto3 and the AWS CLI, and the web console at /."""
     from pathlib import Path
@@ -87,6 +91,9 @@ def serve(
     def ready(server) -> None:
         url = server.url
         err.print(f"slurmlab serve: SageMaker API on {url}  (provider {provider}, state {paths.home()})", markup=False, highlight=False)
+        if auth:
+            _auth_banner(server)
+            return
         err.print(f"  console:  {url}/", markup=False, highlight=False)
         err.print(f"  boto3:    boto3.client('sagemaker', endpoint_url='{url}', region_name='us-east-1', "
                   "aws_access_key_id='x', aws_secret_access_key='x')", markup=False, highlight=False)
@@ -94,5 +101,24 @@ def serve(
         err.print("  Ctrl-C stops the server (the engine keeps building; it stops by itself when idle)", markup=False, highlight=False)
 
     api.run(host=host, port=port, provider=provider, capacity_file=capacity_file, before_create=before_create,
-            on_ready=ready, region=region, account=account_id)
+            on_ready=ready, region=region, account=account_id, auth=auth)
     err.print("slurmlab serve: stopped", markup=False, highlight=False)
+
+
+def _auth_banner(server) -> None:
+    """How students connect to a server with --auth (no secret is printed)."""
+    url, region, students = server.url, server.lab.region, server.lab.students.students()
+    host = server.server_address[0]
+    if host in ("0.0.0.0", "::"):
+        url = url.replace(f"//{host}", "//<this machine's address>").replace("//[::]", "//<this machine's address>")
+    names = [s.Name + (" (instructor)" if s.Instructor else "") for s in students]
+    lines = [f"  auth:     every request signed with a student's key for region {region}; "
+             f"{len(students)} student(s): {', '.join(names) or 'none yet (slurmlab students add NAME)'}",
+             f"  boto3:    boto3.client('sagemaker', endpoint_url='{url}', region_name='{region}', "
+             "aws_access_key_id=<their AccessKeyId>, aws_secret_access_key=<their SecretAccessKey>)",
+             f"  AWS CLI:  AWS_ACCESS_KEY_ID=... AWS_SECRET_ACCESS_KEY=... aws sagemaker list-clusters --endpoint-url {url} "
+             f"--region {region}",
+             f"  console:  {url}/  (user name: an instructor's access key id, password: their secret access key)",
+             "  Ctrl-C stops the server (the engine keeps building; it stops by itself when idle)"]
+    for line in lines:
+        err.print(line, markup=False, highlight=False)
