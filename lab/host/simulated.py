@@ -74,7 +74,7 @@ def start(name: str) -> Host:
         run(["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"])
     libvirtd.fix_kvm_permissions()
     paths.libvirt_dir().mkdir(parents=True, exist_ok=True)
-    if pid(name) is None:
+    if pid(name) is None:  # the same bind mounts as the running virtlogd's (if it still runs): the same files
         mounts = [
             f"mount --bind {paths.libvirt_dir()} {d}/varlib/slurmlab",
             f"mount --rbind {d}/varlib /var/lib/libvirt",
@@ -82,9 +82,7 @@ def start(name: str) -> Host:
             f"mount --bind {d}/etc /etc/libvirt",
             f"mount --bind {d}/cache /var/cache/libvirt",
             f"mount --bind {d}/log /var/log/libvirt",
-            f"virtlogd -d -p {pidfile(name, 'virtlogd')}",
-            f"libvirtd -d -p {pidfile(name, 'libvirtd')}",
-        ]
+        ] + [f"{daemon} -d -p {pidfile(name, daemon)}" for daemon in ("virtlogd", "libvirtd") if pid(name, daemon) is None]
         Path("/var/cache/libvirt").mkdir(parents=True, exist_ok=True)
         run(["ip", "netns", "exec", ns, "unshare", "--mount", "--propagation", "private", "sh", "-ec", "\n".join(mounts)])
     host = Host(name, uri(name), ns, simulated=True, pool=libvirtd.POOL)
