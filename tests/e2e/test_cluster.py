@@ -614,6 +614,7 @@ def test_a_second_host_takes_the_cluster_the_first_has_no_room_for_and_loses_it_
     from lab.providers import domains
 
     sl("host", "simulate", H2)
+    sl("capacity", "set", "ml.c5.large", "8")  # the class's capacity day had room for its own nodes only
     server = None
     try:
         conn = libvirtd.connect()
