@@ -27,22 +27,38 @@ def purge(cluster: str, name: str) -> None:
     conn = host.connect()
     try:
         try:
-            dom = conn.lookupByName(name)
-            if dom.isActive():
-                dom.destroy()
-            dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_NVRAM | libvirt.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE)
+            _end(conn.lookupByName(name))
         except libvirt.libvirtError:
             pass
-        try:
-            pool = conn.storagePoolLookupByName(host.pool)
-            pool.refresh(0)
-            for vol in pool.listAllVolumes():
-                if vol.name() == f"{name}.img" or vol.name().startswith(f"{name}-"):
-                    vol.delete(0)
-        except libvirt.libvirtError:
-            pass
+        _delete_volumes(conn, host.pool, lambda vol: vol.name() == f"{name}.img" or vol.name().startswith(f"{name}-"))
     finally:
         conn.close()
+
+
+def _end(dom) -> None:
+    """Stop the domain (if it runs) and undefine it with its NVRAM and managed save."""
+    import libvirt
+
+    if dom.isActive():
+        dom.destroy()
+    dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_NVRAM | libvirt.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE)
+
+
+def _delete_volumes(conn, pool_name: str, match) -> list[str]:
+    """Delete the pool's volumes `match(vol)` says yes to; their names."""
+    import libvirt
+
+    gone = []
+    try:
+        pool = conn.storagePoolLookupByName(pool_name)
+        pool.refresh(0)
+        for vol in pool.listAllVolumes():
+            if match(vol):
+                vol.delete(0)
+                gone.append(vol.name())
+    except libvirt.libvirtError:
+        pass
+    return gone
 
 
 def of_cluster(conn, cluster: str) -> list:
@@ -71,21 +87,12 @@ def purge_cluster_on(host, cluster: str) -> list[str]:
             name = dom.name()
             try:
                 disks |= {s.get("file") for s in ET.fromstring(dom.XMLDesc(0)).findall("devices/disk/source") if s.get("file")}
-                if dom.isActive():
-                    dom.destroy()
-                dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_NVRAM | libvirt.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE)
+                _end(dom)
                 done.append(f"domain {name} on host {host.name}")
             except libvirt.libvirtError:
                 pass
-        try:
-            pool = conn.storagePoolLookupByName(host.pool)
-            pool.refresh(0)
-            for vol in pool.listAllVolumes():
-                if vol.path() in disks or is_cluster_volume(cluster, vol.name()):
-                    vol.delete(0)
-                    done.append(f"volume {vol.name()} on host {host.name}")
-        except libvirt.libvirtError:
-            pass
+        done += [f"volume {v} on host {host.name}" for v in
+                 _delete_volumes(conn, host.pool, lambda vol: vol.path() in disks or is_cluster_volume(cluster, vol.name()))]
         try:
             net = conn.networkLookupByName(net_name(cluster))
             if net.isActive():

@@ -143,3 +143,86 @@ def test_a_cluster_is_placed_once_where_there_is_room(lab_home, monkeypatch):
     ClusterDir("big").create()
     rooms["local"] = Room("local", 3000, None)
     assert placement.place("big", 9000, 1).name == "local"
+
+
+def test_what_a_cluster_left_on_a_lost_host_goes_and_nothing_else(monkeypatch):
+    """domains.purge_cluster_on: the cluster's domains (any state), their disks, its state disk and its
+    network go; another cluster whose name starts the same keeps everything, and so does the box."""
+    import libvirt
+
+    from lab.providers import domains
+
+    pool_dir = "/p"
+    gone: list[str] = []
+
+    class Dom:
+        def __init__(self, name, cluster, active=True):
+            self._name, self.cluster, self.active = name, cluster, active
+
+        def name(self):
+            return self._name
+
+        def XMLDesc(self, flags):
+            return (f"<domain><description>slurmlab cluster={self.cluster}</description><devices>"
+                    f"<disk><source file='{pool_dir}/{self._name}.img'/></disk></devices></domain>")
+
+        def isActive(self):
+            return self.active
+
+        def destroy(self):
+            self.active = False
+
+        def undefineFlags(self, flags):
+            gone.append(f"domain {self._name}")
+
+    class Vol:
+        def __init__(self, name):
+            self._name = name
+
+        def name(self):
+            return self._name
+
+        def path(self):
+            return f"{pool_dir}/{self._name}"
+
+        def delete(self, flags):
+            gone.append(f"volume {self._name}")
+
+    class Pool:
+        def refresh(self, flags):
+            pass
+
+        def listAllVolumes(self):
+            return [Vol(v) for v in ("far-controller-1.img", "far-compute-1.img", "far-state-1796210387.qcow2",
+                                     "far-b-compute-1.img", "far-b-state-1.qcow2", "box_vagrant_box_image_0.img")]
+
+    class Net:
+        def isActive(self):
+            return True
+
+        def destroy(self):
+            pass
+
+        def undefine(self):
+            gone.append("network")
+
+    class Conn:
+        def listAllDomains(self):
+            return [Dom("far-controller-1", "far"), Dom("far-compute-1", "far", active=False), Dom("far-b-compute-1", "far-b")]
+
+        def storagePoolLookupByName(self, name):
+            return Pool()
+
+        def networkLookupByName(self, name):
+            if name != "slurmlab-far":
+                raise libvirt.libvirtError("no network")
+            return Net()
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(Host, "connect", lambda self: Conn())
+    done = domains.purge_cluster_on(Host("h2", "x", pool="slurmlab"), "far")
+    assert sorted(gone) == ["domain far-compute-1", "domain far-controller-1", "network", "volume far-compute-1.img",
+                            "volume far-controller-1.img", "volume far-state-1796210387.qcow2"]
+    assert all(d.endswith("on host h2") for d in done) and len(done) == 6
