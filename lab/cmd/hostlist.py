@@ -38,6 +38,8 @@ def host_add(
     uri: str = typer.Option(..., "--uri", help="its libvirt URI, e.g. qemu+ssh://root@lab-b/system"),
     netns: Optional[str] = typer.Option(None, "--netns", help="the network namespace where its VMs are reached "
                                         "(a host on this machine; none for another machine)"),
+    ssh_user: Optional[str] = typer.Option(None, "--ssh-user", help="qemu+ssh: the user libvirt logs in as"),
+    ssh_key: Optional[str] = typer.Option(None, "--ssh-key", help="qemu+ssh: the private key libvirt's ssh uses"),
     memory_mib: Optional[int] = MemOpt,
     cpus: Optional[int] = CpuOpt,
     output: Output = OutputOpt,
@@ -47,6 +49,7 @@ def host_add(
     from lab.host import probe, registry
 
     registry.check_name(name)
+    uri = registry.with_ssh(uri, ssh_user, ssh_key)
     host = registry.Host(name, uri, netns, memory_mib, cpus, pool=registry.get(registry.LOCAL).pool)
     registry.require_reachable(host)
     rep = probe.probe(host)

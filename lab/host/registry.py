@@ -153,6 +153,28 @@ def remove(name: str) -> None:
     _save([e for e in _entries() if e["name"] != name])
 
 
+def with_ssh(uri: str, user: str | None, key: str | None) -> str:
+    """`uri` with an ssh user (qemu+ssh://USER@host/...) and key (?keyfile=PATH), as libvirt reads them."""
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    if not (user or key):
+        return uri
+    parts = urlsplit(uri)
+    if "+ssh" not in parts.scheme:
+        raise UsageError(f"--ssh-user and --ssh-key are for qemu+ssh:// URIs, not {uri}",
+                         "use a qemu+ssh://HOST/system URI, or leave them out")
+    netloc = parts.netloc
+    if user:
+        netloc = f"{user}@{netloc.split('@', 1)[-1]}"
+    query = parse_qsl(parts.query)
+    if key:
+        path = Path(key).expanduser().resolve()
+        if not path.is_file():
+            raise UsageError(f"--ssh-key {key}: no such file", "give the path of the private key libvirt's ssh should use")
+        query = [(k, v) for k, v in query if k != "keyfile"] + [("keyfile", str(path))]
+    return urlunsplit((parts.scheme, netloc, parts.path, urlencode(query, safe="/"), parts.fragment))
+
+
 def require_reachable(host: Host) -> None:
     """HostError naming the URI when libvirt cannot open it."""
     import libvirt

@@ -226,3 +226,15 @@ def test_what_a_cluster_left_on_a_lost_host_goes_and_nothing_else(monkeypatch):
     assert sorted(gone) == ["domain far-compute-1", "domain far-controller-1", "network", "volume far-compute-1.img",
                             "volume far-controller-1.img", "volume far-state-1796210387.qcow2"]
     assert all(d.endswith("on host h2") for d in done) and len(done) == 6
+
+
+def test_ssh_user_and_key_go_into_the_uri_as_libvirt_reads_them(tmp_path):
+    key = tmp_path / "id_lab"
+    key.write_text("k")
+    assert registry.with_ssh("qemu+ssh://lab-b/system", "root", str(key)) == f"qemu+ssh://root@lab-b/system?keyfile={key}"
+    assert registry.with_ssh("qemu+ssh://me@lab-b/system?no_tty=1", "root", None) == "qemu+ssh://root@lab-b/system?no_tty=1"
+    assert registry.with_ssh("qemu:///system", None, None) == "qemu:///system"
+    with pytest.raises(UsageError, match="qemu\\+ssh"):
+        registry.with_ssh("qemu+unix:///system?socket=/x", "root", None)
+    with pytest.raises(UsageError, match="no such file"):
+        registry.with_ssh("qemu+ssh://lab-b/system", None, str(tmp_path / "missing"))
