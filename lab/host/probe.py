@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from lab.host.registry import Host
+from lab.host.registry import Host, available_mib
 
 
 @dataclass
@@ -59,7 +59,7 @@ def probe(host: Host, box_name: str | None = None, box_bytes: int | None = None)
     try:
         info = conn.getInfo()  # [model, memory MiB, cpus, ...]
         rep.memory_total_mib, rep.cpus = int(info[1]), int(info[2])
-        rep.memory_free_mib = int(conn.getFreeMemory() // (1 << 20))
+        rep.memory_free_mib = available_mib(conn)
         rep.domains = sorted(d.name() for d in conn.listAllDomains())
         try:
             pool = conn.storagePoolLookupByName(host.pool)

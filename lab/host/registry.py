@@ -57,6 +57,19 @@ class Host:
         return libvirt.open(self.uri)
 
 
+def available_mib(conn) -> int:
+    """Memory the host can give new VMs: free plus page cache and buffers (what the kernel calls
+    MemAvailable, roughly; libvirt's bare free memory leaves the cache out, and a machine that has
+    written VM disks for an hour has gigabytes of it)."""
+    import libvirt
+
+    try:
+        s = conn.getMemoryStats(libvirt.VIR_NODE_MEMORY_STATS_ALL_CELLS, 0)
+        return (s.get("free", 0) + s.get("buffers", 0) + s.get("cached", 0)) // 1024
+    except libvirt.libvirtError:
+        return conn.getFreeMemory() // (1 << 20)
+
+
 def file() -> Path:
     return paths.home() / "hosts.yml"
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from lab.host import registry
-from lab.host.registry import HOST_RESERVE_MIB, Host
+from lab.host.registry import HOST_RESERVE_MIB, Host, available_mib
 from lab.workspace import ClusterDir
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ def room(host: Host) -> Room:
     except libvirt.libvirtError as e:
         return Room(host.name, 0, 0, reachable=False, why=e.get_error_message())
     try:
-        free = conn.getFreeMemory() // (1 << 20) - HOST_RESERVE_MIB
+        free = available_mib(conn) - HOST_RESERVE_MIB
         used_mib = used_cpus = 0
         for dom in conn.listAllDomains():
             if dom.isActive():
