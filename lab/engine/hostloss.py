@@ -7,7 +7,7 @@ and that host has not answered for `host_lost_s`, the engine gives the host up f
 the provider places the cluster on another host (`Provider.rehome`), every node gets a fresh
 instance shown as Failure with the reason for `FAILURE_SHOWN_S`, then launched on the new host in
 the usual order (controller first; its state disk is new there, so /home starts empty). With
-NodeRecovery None the nodes stay Failure. With no other host that has room, the nodes stay Failure
+NodeRecovery None the cluster stays where it is and its nodes become Failure (not replaced). With no other host that has room, the nodes stay Failure
 and the engine asks again on its next tries;
 a host that answers again meanwhile gets its nodes configured again. The local host is never given up: `slurmlab host up`
 brings it back, and the VMs it still runs with it.
@@ -40,35 +40,38 @@ class HostLoss:
         since = self.sight.blind_since(c.name)
         if since is None or self.clock() - since < self.host_lost_s or any(k[0] == c.name for k in self.tasks):
             return
+        reason = f"host {old} lost ({e})"
+        if (c.spec.get("NodeRecovery") or "Automatic") != "Automatic":
+            msg = f"{reason}; not replaced because NodeRecovery is None (BatchReplaceClusterNodes replaces it)"
+            if any(n.phase != "lost" for n in nodes if n.phase not in ("removing", "removed")):
+                for n in nodes:
+                    if n.phase not in ("removing", "removed"):
+                        self.store.update_node(c.name, n.name, phase="lost", message=msg)
+                self.store.add_event(c.name, "Cluster", "Error", f"{msg}: cluster {c.name}'s nodes stay Failure")
+            return
         mem = sum(g.target_count * g.memory_mib for g in groups)
         cpus = sum(g.target_count * g.cpus for g in groups)
         new = await in_thread(c.name, prov.rehome, c.name, mem, cpus)
-        reason = f"host {old} lost ({e})"
         if new is None:
             self._fail_in_place(c, nodes, f"{reason}; no other host has room for the cluster ({mem} MiB): "
                                           "it waits for one (slurmlab host list)")
             return
-        automatic = (c.spec.get("NodeRecovery") or "Automatic") == "Automatic"
         now = self.clock()
         for n in nodes:
             if n.phase in ("removing", "removed"):
                 continue
-            if automatic:
-                self._new_instance(c.name, n, prov, f"{reason}: replaced on host {new} (NodeRecovery Automatic)")
-                # a new address on the new host's network (its subnet may differ): _fill_addresses
-                self.store.update_node(c.name, n.name, phase="failed", retry_at=now + FAILURE_SHOWN_S, address="")
-                self.store.add_event(c.name, "Instance", "Error", f"{n.name}: Failure: {reason}; a new instance is "
-                                     f"launched on host {new} (NodeRecovery Automatic)", grp=n.grp, node=n.name)
-            else:
-                self.store.update_node(c.name, n.name, phase="lost", message=f"{reason}; not replaced because NodeRecovery is None")
+            self._new_instance(c.name, n, prov, f"{reason}: replaced on host {new} (NodeRecovery Automatic)")
+            # a new address on the new host's network (its subnet may differ): _fill_addresses
+            self.store.update_node(c.name, n.name, phase="failed", retry_at=now + FAILURE_SHOWN_S, address="")
+            self.store.add_event(c.name, "Instance", "Error", f"{n.name}: Failure: {reason}; a new instance is "
+                                 f"launched on host {new} (NodeRecovery Automatic)", grp=n.grp, node=n.name)
         self.store.update_cluster(c.name, host=new)
         self._prepared.discard(c.name)
         self._dirty.add(c.name)
         self.store.add_event(c.name, "Cluster", "Error",
-                             f"{reason}: cluster {c.name} now lives on host {new}; "
-                             + ("its nodes are launched again there" if automatic else "its nodes stay Failure (NodeRecovery None)"))
+                             f"{reason}: cluster {c.name} now lives on host {new}; its nodes are launched again there")
         log.warning("cluster %s: %s; moved to host %s", c.name, reason, new)
-        self.sight.seen(c)
+        self.sight.forget(c)
 
     def _fail_in_place(self, c: ClusterRow, nodes: list[NodeRow], message: str) -> None:
         """Failure with the reason; each retry finds the host back (the VMs are configured again) or

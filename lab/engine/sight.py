@@ -78,6 +78,13 @@ class Sight:
         b.failures += 1
         b.next_try = now + min(RETRY_MAX_S, RETRY_BASE_S * 2 ** (b.failures - 1))
 
+    def forget(self, c: ClusterRow) -> None:
+        """The cluster moved to another host (lab/engine/hostloss.py): the mark goes without an "observed
+        again" event (its VMs were not seen; the move has its own event)."""
+        self.blind.pop(c.name, None)
+        self.store.update_cluster(c.name, unobserved_since=None, unobserved_reason=None)
+        c.unobserved_since = c.unobserved_reason = None
+
     def seen(self, c: ClusterRow) -> None:
         """`observe` answered: clear a stale mark (this engine's or a previous one's)."""
         self.blind.pop(c.name, None)

@@ -70,6 +70,7 @@ def test_a_lost_host_is_stale_first_then_its_nodes_fail_and_are_rebuilt_elsewher
                    for s in shown.values()), shown
         errors = [e.description for e in lab.st.events("demo") if e.level == "Error" and "now lives on host local" in e.description]
         assert len(errors) == 1 and DOWN in errors[0]
+        assert not [e for e in lab.st.events("demo") if "observed again" in e.description]  # it was not: it moved
         await lab.run_until(lambda: lab.full())
         assert lab.vms() == {"demo-controller-1", "demo-login-1", "demo-compute-1", "demo-compute-2"}
         assert "FailureMessage" not in clusters.describe(lab.st, "demo")
@@ -107,5 +108,23 @@ def test_the_local_host_is_never_given_up(tmp_path):
             await lab.tick()
         assert h.rehomed == []
         assert all(s["Status"] == "Running" for s in _statuses(lab).values())
+
+    asyncio.run(go())
+
+
+def test_with_node_recovery_none_the_nodes_fail_and_the_cluster_stays(tmp_path):
+    async def go():
+        lab = SimLab(tmp_path)
+        lab.eng.host_lost_s = 5
+        lab.create(spec_text(computes=2, recovery="None"))
+        await lab.run_until(lambda: lab.full())
+        h = Hosts(lab)
+        h.down = True
+        for _ in range(30):
+            await lab.tick()
+        assert h.rehomed == [] and h.host == "h2"
+        shown = _statuses(lab)
+        assert all(s["Status"] == "Failure" and "NodeRecovery is None" in s["Message"] for s in shown.values()), shown
+        assert len([e for e in lab.st.events("demo") if "stay Failure" in e.description]) == 1
 
     asyncio.run(go())
