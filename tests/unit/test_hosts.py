@@ -241,3 +241,56 @@ def test_ssh_user_and_key_go_into_the_uri_as_libvirt_reads_them(tmp_path):
         registry.with_ssh("qemu+unix:///system?socket=/x", "root", None)
     with pytest.raises(UsageError, match="no such file"):
         registry.with_ssh("qemu+ssh://lab-b/system", None, str(tmp_path / "missing"))
+
+
+class _Pool:
+    def __init__(self, free_gib, volumes, active=True):
+        self.free, self.volumes, self.active = free_gib, volumes, active
+
+    def isActive(self):
+        return self.active
+
+    def refresh(self, flags):
+        pass
+
+    def info(self):
+        return [2, 0, 0, int(self.free * (1 << 30))]
+
+    def listVolumes(self):
+        return self.volumes
+
+
+class _HostConn(_Conn):
+    def __init__(self, pool):
+        super().__init__(8000, [])
+        self.pool = pool
+
+    def getInfo(self):
+        return ["x86_64", 16000, 4]
+
+    def getMemoryStats(self, cell, flags):
+        return {"free": 8000 << 10, "buffers": 0, "cached": 0}
+
+    def storagePoolLookupByName(self, name):
+        import libvirt
+
+        if self.pool is None:
+            raise libvirt.libvirtError("no pool")
+        return self.pool
+
+
+@pytest.mark.parametrize("pool,box,problem", [
+    (_Pool(50, ["slurmlab-VAGRANTSLASH-trixie-slurm_vagrant_box_image_0_1_box.img"]), "present", ""),
+    (_Pool(50, []), "uploaded on first use", ""),
+    (_Pool(0.5, []), "missing, and the pool has 0.5 GiB free for a 1.0 GiB box", "cannot take the box"),
+    (None, "", "storage pool 'slurmlab' missing"),
+    (_Pool(50, [], active=False), "", "is not started"),
+])
+def test_probe_says_whether_a_host_has_or_can_take_the_box(monkeypatch, pool, box, problem):
+    from lab.host import probe
+
+    monkeypatch.setattr(Host, "connect", lambda self: _HostConn(pool))
+    rep = probe.probe(Host("h2", "x", pool="slurmlab"), "slurmlab/trixie-slurm", box_bytes=1 << 30)
+    assert rep.reachable and rep.box == box and (problem in rep.problem if problem else not rep.problem), rep
+    assert (rep.memory_total_mib, rep.memory_free_mib, rep.cpus) == (16000, 8000, 4)
+    assert rep.ok == (not problem) and (rep.fix if problem else True)
