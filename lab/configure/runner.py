@@ -41,7 +41,10 @@ class PlaybookFailed(ConfigureError):
 
 
 def envvars(ctx: inv.ClusterContext) -> dict[str, str]:
-    cp = Path("/tmp") / f"slurmlab-cp-{os.getuid()}"
+    # ssh's masters (ControlPersist) per namespace: ControlPath's %C hashes the address, not the
+    # namespace, and a master left in a lost host's namespace would carry a new VM's connection to
+    # the old VM at the same address (found by the second-host e2e)
+    cp = Path("/tmp") / f"slurmlab-cp-{os.getuid()}-{Path(ctx.ssh_executable).name}"
     cp.mkdir(mode=0o700, exist_ok=True)
     return {
         "ANSIBLE_ROLES_PATH": str(paths.resource("roles")),

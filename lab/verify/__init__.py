@@ -44,7 +44,7 @@ def ssh_environment(ssh_executable: str) -> dict[str, str]:
     env["SLURMLAB_VERIFY_BACKEND"] = "ssh"
     env["ANSIBLE_SSH_EXTRA_ARGS"] = (
         "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o BatchMode=yes "
-        f"-o ControlMaster=auto -o ControlPersist=120s -o ControlPath=/tmp/slurmlab-verify-{os.getuid()}-%C"
+        f"-o ControlMaster=auto -o ControlPersist=120s -o ControlPath=/tmp/slurmlab-verify-{os.getuid()}-{exe.name}-%C"
     )
     return env
 

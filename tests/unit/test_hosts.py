@@ -294,3 +294,15 @@ def test_probe_says_whether_a_host_has_or_can_take_the_box(monkeypatch, pool, bo
     assert rep.reachable and rep.box == box and (problem in rep.problem if problem else not rep.problem), rep
     assert (rep.memory_total_mib, rep.memory_free_mib, rep.cpus) == (16000, 8000, 4)
     assert rep.ok == (not problem) and (rep.fix if problem else True)
+
+
+def test_ssh_masters_are_kept_apart_per_namespace():
+    """A master left in a lost host's namespace must never carry a connection meant for a new VM at the
+    same address in another namespace: Ansible's ControlPath folder is per ssh wrapper (namespace)."""
+    from types import SimpleNamespace
+
+    from lab.configure.runner import envvars
+
+    here = envvars(SimpleNamespace(ssh_executable="/h/bin/ssh"))["ANSIBLE_CONTROL_PATH_DIR"]
+    there = envvars(SimpleNamespace(ssh_executable="/h/bin/ssh-slurmlab-h2"))["ANSIBLE_CONTROL_PATH_DIR"]
+    assert here != there and there.endswith("ssh-slurmlab-h2")
