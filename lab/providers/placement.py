@@ -13,6 +13,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from lab.errors import NotFound
 from lab.host import registry
 from lab.host.registry import HOST_RESERVE_MIB, Host, available_mib
 from lab.workspace import ClusterDir
@@ -84,7 +85,7 @@ def host_of(cluster: str) -> Host:
         return registry.get(registry.LOCAL)
     try:
         return registry.get(name)
-    except Exception:  # noqa: BLE001 - a host removed from the list: its name still tells where
+    except NotFound:  # a host removed from the list: its name still tells where (libvirt cannot open it)
         return Host(name, f"unknown-host:{name}")
 
 
@@ -94,7 +95,7 @@ def place(cluster: str, memory_mib: int, cpus: int) -> Host:
     capacity shortages do (InsufficientCapacity, retried)."""
     from lab.osutil import atomic_write
 
-    if (name := placed(cluster)) is not None:
+    if placed(cluster) is not None:
         return host_of(cluster)
     hosts = registry.all_hosts()
     if len(hosts) == 1:
@@ -107,8 +108,7 @@ def place(cluster: str, memory_mib: int, cpus: int) -> Host:
             pick = max(reachable, key=lambda r: r.memory_mib).host
             log.warning("no host has %d MiB free for cluster %s; placed on %s to wait for room", memory_mib, cluster, pick)
         chosen = next(h for h in hosts if h.name == pick)
-    name = chosen.name
-    atomic_write(_file(cluster), name + "\n")
+    atomic_write(_file(cluster), chosen.name + "\n")
     return chosen
 
 
