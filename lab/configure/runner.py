@@ -54,7 +54,7 @@ def envvars(ctx: inv.ClusterContext) -> dict[str, str]:
                             "-o StrictHostKeyChecking=no -o ServerAliveInterval=15",
         "ANSIBLE_SSH_TRANSFER_METHOD": "piped",
         "ANSIBLE_SSH_EXECUTABLE": ctx.ssh_executable,
-        "ANSIBLE_CONTROL_PATH_DIR": str(cp),
+        "ANSIBLE_SSH_CONTROL_PATH_DIR": str(cp),  # the ssh plugin's name for it (ANSIBLE_CONTROL_PATH_DIR is read by nothing)
         "ANSIBLE_SSH_RETRIES": "3",
         "ANSIBLE_TIMEOUT": "30",
         "ANSIBLE_FORKS": "10",

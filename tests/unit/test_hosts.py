@@ -303,6 +303,13 @@ def test_ssh_masters_are_kept_apart_per_namespace():
 
     from lab.configure.runner import envvars
 
-    here = envvars(SimpleNamespace(ssh_executable="/h/bin/ssh"))["ANSIBLE_CONTROL_PATH_DIR"]
-    there = envvars(SimpleNamespace(ssh_executable="/h/bin/ssh-slurmlab-h2"))["ANSIBLE_CONTROL_PATH_DIR"]
+    import yaml
+    from ansible.plugins.connection import ssh as ssh_plugin
+
+    here = envvars(SimpleNamespace(ssh_executable="/h/bin/ssh"))["ANSIBLE_SSH_CONTROL_PATH_DIR"]
+    there = envvars(SimpleNamespace(ssh_executable="/h/bin/ssh-slurmlab-h2"))["ANSIBLE_SSH_CONTROL_PATH_DIR"]
     assert here != there and there.endswith("ssh-slurmlab-h2")
+    # the name is the one Ansible's ssh plugin reads (a wrong one is silently ignored: masters then
+    # went to ~/.ansible/cp for every namespace)
+    doc = yaml.safe_load(ssh_plugin.DOCUMENTATION)
+    assert "ANSIBLE_SSH_CONTROL_PATH_DIR" in [e["name"] for e in doc["options"]["control_path_dir"]["env"]]
