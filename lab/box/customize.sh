@@ -292,6 +292,93 @@ RestartSec=5
 EOF
 done
 
+say "warm start: a forked VM takes its identity from the guest agent (docs/adr/0011)"
+cat > "$R/usr/local/lib/slurmlab/fork-identity" <<'EOF'
+#!/bin/sh
+# Gives a VM restored from a template (a fork: docs/adr/0011) its own identity. The lab runs it
+# through the qemu guest agent right after the restore, with a tar archive on stdin:
+#   fork.env      MAC=, ADDRESS= (with its prefix), GATEWAY=, MACHINE_ID= (one per line)
+#   seed          random bytes from the host, mixed into the kernel's RNG first
+#   ssh_host_{ed25519,ecdsa}_key[.pub]   the VM's own SSH host keys
+#   slurmlab.node, slurmlab.hosts, slurmlab.munge_key, slurmlab.authorized_keys
+#                 the same credentials a cold-booted VM gets at boot; node-setup and
+#                 authorized-keys read them from here.
+# The template was booted without any of them, so nothing of another node is left to undo. The
+# outcome goes to /run/slurmlab/fork.status ("ok ..." or "failed: <reason>", exit 1). The archive's
+# folder (the munge key, the host keys) is removed at the end, whatever happens.
+set -eu
+D=/run/slurmlab/fork
+STATUS=/run/slurmlab/fork.status
+mkdir -p /run/slurmlab
+rm -rf "$D"
+mkdir -m 0700 "$D"
+trap 'rm -rf "$D"' EXIT
+fail() {
+  echo "failed: $*" > "$STATUS"
+  echo "slurmlab: fork identity failed: $*" >&2
+  exit 1
+}
+tar -x -C "$D" -f - || fail "the identity archive on stdin could not be read"
+[ -s "$D/fork.env" ] || fail "the archive has no fork.env"
+mac="" address="" gateway="" machine_id=""
+while IFS='=' read -r k v || [ -n "$k" ]; do
+  case "$k" in
+    MAC) mac=$v ;; ADDRESS) address=$v ;; GATEWAY) gateway=$v ;; MACHINE_ID) machine_id=$v ;;
+    "" | "#"*) ;;
+    *) fail "fork.env: unknown key '$k'" ;;
+  esac
+done < "$D/fork.env"
+case "$mac" in [0-9a-f][0-9a-f]:[0-9a-f][0-9a-f]:[0-9a-f][0-9a-f]:[0-9a-f][0-9a-f]:[0-9a-f][0-9a-f]:[0-9a-f][0-9a-f]) ;;
+  *) fail "fork.env: MAC '$mac' is not a lower-case MAC address" ;; esac
+case "$address" in "" | *[!0-9./]* | */*/*) fail "fork.env: ADDRESS '$address' is not ADDRESS/PREFIX" ;; */*) ;;
+  *) fail "fork.env: ADDRESS '$address' has no /PREFIX" ;; esac
+case "$gateway" in *[!0-9.]*) fail "fork.env: GATEWAY '$gateway' is not an IPv4 address" ;; esac
+case "$machine_id" in *[!0-9a-f]* | "") fail "fork.env: MACHINE_ID '$machine_id' is not 32 hex digits" ;; esac
+[ "${#machine_id}" -eq 32 ] || fail "fork.env: MACHINE_ID '$machine_id' is not 32 hex digits"
+
+# 1. entropy before anything draws a random number (two forks of one memory image share the
+#    kernel's RNG state until this write)
+if [ -s "$D/seed" ]; then cat "$D/seed" > /dev/urandom; fi
+# 2. machine-id
+printf '%s\n' "$machine_id" > /etc/machine-id.slurmlab
+chmod 0444 /etc/machine-id.slurmlab
+mv -f /etc/machine-id.slurmlab /etc/machine-id
+# 3. SSH host keys (the template's are replaced; sshd rereads them on reload)
+for t in ed25519 ecdsa; do
+  [ -s "$D/ssh_host_${t}_key" ] && [ -s "$D/ssh_host_${t}_key.pub" ] || fail "the archive has no ssh_host_${t}_key"
+  install -m 0600 -o root -g root "$D/ssh_host_${t}_key" "/etc/ssh/ssh_host_${t}_key"
+  install -m 0644 -o root -g root "$D/ssh_host_${t}_key.pub" "/etc/ssh/ssh_host_${t}_key.pub"
+done
+# 4. network: the NIC's MAC is the template's until the guest sets it (virtio-net's state travels
+#    in the saved image); a static address (no DHCP round trip), the same one the cluster's
+#    network hands this MAC
+ip link set dev eth0 address "$mac" || fail "could not set eth0's MAC to $mac"
+{
+  echo "# Managed by slurmlab: this VM was forked from a template (docs/adr/0011)."
+  echo "[Match]"
+  echo "Name=eth0"
+  echo ""
+  echo "[Network]"
+  echo "Address=$address"
+  [ -n "$gateway" ] && echo "Gateway=$gateway"
+  echo "LinkLocalAddressing=no"
+  echo "IPv6AcceptRA=no"
+} > /etc/systemd/network/10-slurmlab-eth0.network.slurmlab
+mv -f /etc/systemd/network/10-slurmlab-eth0.network.slurmlab /etc/systemd/network/10-slurmlab-eth0.network
+networkctl reload
+networkctl reconfigure eth0 || fail "networkctl reconfigure eth0 failed"
+# 5. the cluster's SSH key, then the node's name, hosts, munge key and daemons: the boot-time
+#    scripts of a cold VM, on the same credentials
+CREDENTIALS_DIRECTORY="$D" /usr/local/lib/slurmlab/authorized-keys > /dev/null
+CREDENTIALS_DIRECTORY="$D" /usr/local/lib/slurmlab/node-setup > /dev/null || fail "node-setup: $(cat /run/slurmlab/node-setup.status)"
+systemctl reload ssh.service
+echo "ok: $(cat /proc/sys/kernel/hostname) $address $mac" > "$STATUS"
+echo "slurmlab: fork identity set: $(cat /proc/sys/kernel/hostname) $address"
+EOF
+chmod 0755 "$R/usr/local/lib/slurmlab/fork-identity"
+# The agent's socket exists only on forked VMs (their template has the channel); a cold VM has none.
+# The agent unit starts when udev sees the port (Debian's rule), so nothing is enabled here.
+
 say "network: DHCP on eth0 (net.ifnames=0) with systemd-networkd"
 cat > "$R/etc/systemd/network/10-slurmlab-eth0.network" <<'EOF'
 # The first NIC (Vagrant's management network). Other NICs are left to Vagrant or Ansible.
