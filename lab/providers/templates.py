@@ -1,0 +1,348 @@
+"""Warm-start templates: one booted and saved VM per box and shape (vCPUs, memory), forked into nodes.
+
+Why (docs/adr/0011): under software emulation a cold boot is the floor of every launch (a Debian VM
+takes 40-120 s to answer ssh on 2 cores, and several booting at once starve the controller's
+configuration). A template is booted once, with no identity (no node name, no keys, no munge key, no
+Slurm daemon), and saved with its memory; every node is then a restore of it under its own name
+(lab/providers/fork.py), which skips the boot.
+
+A template is three files under `<libvirt dir>/templates/<key>/`:
+    base.img    a copy of the box's image (the template does not depend on the box volume in the pool)
+    disk.qcow2  an overlay over base.img: the disk as the saved memory expects it; frozen after the save
+                (every fork gets its own overlay over it)
+    mem.save    libvirt's save image (lab/providers/savefile.py), its XML padded so that a fork's fits
+    meta.json   what it was built from, when, and what it took
+The key hashes the box image (path, size, mtime, slurmlab.json), the shape, the domain type (kvm or
+qemu) and TEMPLATE_REVISION: `slurmlab box build` re-adding a box makes new keys, and old templates
+are pruned (`prune`). Built under a file lock: two clusters asking for one shape build it once.
+
+The template's VM runs on a network of its own (`slurmlab-templates`, 10.213.0.0/24, in the lab's
+namespace, no route out); a fork's NIC is moved to its cluster's network in the fork's XML.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import subprocess
+import time
+import uuid
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from lab import paths
+from lab.providers import agent, savefile
+
+log = logging.getLogger(__name__)
+
+TEMPLATE_REVISION = 1
+NET_NAME = "slurmlab-templates"
+NET_BRIDGE = "slbrtpl"
+NET_SUBNET = "10.213.0.0/24"  # network.pick_subnet never hands out the first /24 of 10.213.0.0/16
+PAD_NS = "https://slurmlab.invalid/template"
+PAD_BYTES = 4096  # room in the saved XML for a fork's longer names and paths
+BOOT_TIMEOUT_S = 600.0
+TB_CACHE_MIB = 128  # TCG's translation cache (docs: SANDBOX.md; the Vagrant path uses a qemu wrapper)
+
+ET.register_namespace("slurmlab", PAD_NS)
+
+
+class TemplateError(Exception):
+    """A template could not be built or used; the node then boots cold, with this reason."""
+
+
+@dataclass(frozen=True)
+class Shape:
+    cpus: int
+    memory_mib: int
+
+    def __str__(self) -> str:
+        return f"{self.cpus}cpu-{self.memory_mib}mib"
+
+
+@dataclass(frozen=True)
+class Template:
+    key: str
+    folder: Path
+
+    @property
+    def disk(self) -> Path:
+        return self.folder / "disk.qcow2"
+
+    @property
+    def memory(self) -> Path:
+        return self.folder / "mem.save"
+
+    @property
+    def meta(self) -> dict:
+        return json.loads((self.folder / "meta.json").read_text())
+
+    def is_complete(self) -> bool:
+        return all((self.folder / f).is_file() for f in ("base.img", "disk.qcow2", "mem.save", "meta.json"))
+
+
+def root() -> Path:
+    return paths.libvirt_dir() / "templates"
+
+
+def box_image(box: str) -> Path:
+    """The disk image of an added Vagrant box (version 0: the lab adds its boxes unversioned)."""
+    from lab.box import vagrant as boxvagrant
+
+    d = boxvagrant.box_dir(box, "0")
+    if d is None or not (d / "box.img").is_file():
+        raise TemplateError(f"box {box} is not added to Vagrant (slurmlab box build)")
+    return d / "box.img"
+
+
+def key(box: str, shape: Shape, driver: str) -> str:
+    img = box_image(box)
+    st = img.stat()
+    marker = img.parent / "slurmlab.json"
+    doc = {"box": box, "image": str(img), "size": st.st_size, "mtime": st.st_mtime_ns,
+           "marker": marker.read_text() if marker.exists() else "", "cpus": shape.cpus,
+           "memory_mib": shape.memory_mib, "driver": driver, "revision": TEMPLATE_REVISION}
+    h = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:12]
+    return f"{shape}-{h}"
+
+
+def find(box: str, shape: Shape, driver: str) -> Template | None:
+    t = Template(key(box, shape, driver), root() / key(box, shape, driver))
+    return t if t.is_complete() else None
+
+
+def ensure(box: str, shape: Shape, driver: str, progress: Callable[[str], None] = lambda s: None) -> Template:
+    """The template of `box` and `shape`, built now if there is none (under a lock: one build)."""
+    from filelock import FileLock
+
+    k = key(box, shape, driver)
+    t = Template(k, root() / k)
+    if t.is_complete():
+        return t
+    root().mkdir(parents=True, exist_ok=True)
+    os.chmod(root(), 0o755)
+    with FileLock(str(root() / f"{k}.lock")):
+        if t.is_complete():
+            return t
+        progress(f"building the warm-start template {k} (one boot; later nodes of this shape skip theirs)")
+        _build(t, box, shape, driver)
+    return t
+
+
+def _run(cmd: list[str]) -> None:
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode:
+        raise TemplateError(f"{' '.join(cmd)} failed: {r.stderr.strip()[-400:]}")
+
+
+def domain_xml(*, name: str, cpus: int, memory_mib: int, disk: Path, network: str, mac: str, driver: str,
+               description: str, pad: int = 0) -> str:
+    """The domain of a template (and so of every fork: a fork's XML is this one with its own name,
+    UUID, MAC, disk and network). The guest agent's channel is what makes a fork reachable."""
+    tcg = f"<tcg><tb-cache unit='MiB'>{TB_CACHE_MIB}</tb-cache></tcg>" if driver == "qemu" else ""
+    padding = (f"<metadata><slurmlab:pad xmlns:slurmlab='{PAD_NS}'>{'.' * pad}</slurmlab:pad></metadata>"
+               if pad else "")
+    return f"""<domain type='{driver}'>
+  <name>{name}</name>
+  <uuid>{uuid.uuid4()}</uuid>
+  <description>{description}</description>{padding}
+  <memory unit='MiB'>{memory_mib}</memory>
+  <currentMemory unit='MiB'>{memory_mib}</currentMemory>
+  <vcpu>{cpus}</vcpu>
+  <os><type arch='x86_64' machine='pc'>hvm</type><boot dev='hd'/></os>
+  <features><acpi/><apic/>{tcg}</features>
+  <clock offset='utc'/>
+  <on_poweroff>destroy</on_poweroff>
+  <on_reboot>restart</on_reboot>
+  <on_crash>destroy</on_crash>
+  <devices>
+    <disk type='file' device='disk'>
+      <driver name='qemu' type='qcow2'/>
+      <source file='{disk}'/>
+      <target dev='vda' bus='virtio'/>
+    </disk>
+    <interface type='network'>
+      <source network='{network}'/>
+      <mac address='{mac}'/>
+      <model type='virtio'/>
+    </interface>
+    <serial type='pty'><target port='0'/></serial>
+    <console type='pty'><target type='serial' port='0'/></console>
+    <channel type='unix'><target type='virtio' name='org.qemu.guest_agent.0'/></channel>
+    <rng model='virtio'><backend model='random'>/dev/urandom</backend></rng>
+    <memballoon model='none'/>
+  </devices>
+</domain>
+"""
+
+
+def ensure_network(conn) -> None:
+    """The templates' own network (isolated, DHCP), in the lab's namespace with libvirtd."""
+    import ipaddress
+
+    import libvirt
+
+    from lab.providers.network import network_xml
+
+    try:
+        net = conn.networkLookupByName(NET_NAME)
+    except libvirt.libvirtError:
+        net = conn.networkDefineXML(network_xml(NET_NAME, NET_BRIDGE, ipaddress.ip_network(NET_SUBNET)))
+    if not net.isActive():
+        net.create()
+
+
+def _build(t: Template, box: str, shape: Shape, driver: str) -> None:
+    import libvirt
+
+    from lab.host import libvirtd
+
+    t0 = time.monotonic()
+    shutil.rmtree(t.folder, ignore_errors=True)
+    t.folder.mkdir(parents=True)
+    os.chmod(t.folder, 0o755)
+    name = f"slurmlab-template-{t.key}"
+    conn = libvirtd.connect()
+    dom = None
+    try:
+        shutil.copyfile(box_image(box), t.folder / "base.img")
+        _run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", str(t.folder / "base.img"), str(t.disk)])
+        ensure_network(conn)
+        with _stale(conn, name):
+            pass
+        mac = "52:54:00:fe:%02x:%02x" % tuple(hashlib.sha256(t.key.encode()).digest()[:2])
+        xml = domain_xml(name=name, cpus=shape.cpus, memory_mib=shape.memory_mib, disk=t.disk, network=NET_NAME,
+                         mac=mac, driver=driver, description=f"slurmlab template {t.key} of box {box}", pad=PAD_BYTES)
+        t_copied = time.monotonic()
+        dom = conn.createXML(xml, 0)  # transient: gone once saved
+        agent.wait(dom, BOOT_TIMEOUT_S)
+        t_agent = time.monotonic()
+        ran = agent.run(dom, "/usr/bin/systemctl", ["is-system-running", "--wait"], timeout=BOOT_TIMEOUT_S)
+        if ran.out.strip() not in ("running", "degraded"):
+            raise TemplateError(f"the template's boot ended '{ran.out.strip()}': {ran.tail()}")
+        failed = agent.run(dom, "/usr/bin/systemctl", ["--failed", "--plain", "--no-legend"], timeout=60).out.strip()
+        # what a fork must not inherit: the boot's page cache (the save image stays small) and dirty blocks
+        agent.run(dom, "/bin/sh", ["-c", "sync; echo 3 > /proc/sys/vm/drop_caches"], timeout=120)
+        t_booted = time.monotonic()
+        part = t.folder / "mem.save.part"
+        dom.save(str(part))
+        dom = None
+        img = savefile.read(part)
+        os.replace(part, t.memory)
+        for f in (t.folder / "base.img", t.disk):
+            os.chmod(f, 0o444)  # frozen: the saved memory expects exactly this disk
+        meta = {"key": t.key, "box": box, "box_image": str(box_image(box)), "cpus": shape.cpus,
+                "memory_mib": shape.memory_mib, "driver": driver, "revision": TEMPLATE_REVISION,
+                "created": time.time(), "xml_room": img.xml_room, "failed_units": failed,
+                "timings": {"copy": round(t_copied - t0, 1), "agent": round(t_agent - t_copied, 1),
+                            "booted": round(t_booted - t_copied, 1), "save": round(time.monotonic() - t_booted, 1)}}
+        (t.folder / "meta.json").write_text(json.dumps(meta, indent=1))
+        log.info("template %s built in %.0f s", t.key, time.monotonic() - t0)
+    except (libvirt.libvirtError, agent.AgentError, OSError, savefile.SaveFormatError) as e:
+        raise TemplateError(f"building template {t.key}: {e}") from None
+    finally:
+        if dom is not None:
+            try:
+                dom.destroy()
+            except libvirt.libvirtError:
+                pass
+        conn.close()
+        if not t.is_complete():
+            shutil.rmtree(t.folder, ignore_errors=True)
+
+
+class _stale:
+    """Ends a template domain left running by a killed build (its name is taken otherwise)."""
+
+    def __init__(self, conn, name: str):
+        self.conn, self.name = conn, name
+
+    def __enter__(self):
+        import libvirt
+
+        try:
+            d = self.conn.lookupByName(self.name)
+            if d.isActive():
+                d.destroy()
+            if d.isPersistent():
+                d.undefine()
+        except libvirt.libvirtError:
+            pass
+
+    def __exit__(self, *exc):
+        return False
+
+
+def listing() -> list[dict]:
+    """Every complete template: key, box, shape, size on disk, age."""
+    out = []
+    for d in sorted(root().iterdir()) if root().exists() else []:
+        t = Template(d.name, d)
+        if d.is_dir() and t.is_complete():
+            meta = t.meta
+            size = sum(f.stat().st_blocks * 512 for f in d.iterdir() if f.is_file())
+            out.append({"key": t.key, "box": meta["box"], "cpus": meta["cpus"], "memory_mib": meta["memory_mib"],
+                        "driver": meta["driver"], "size": size, "created": meta["created"],
+                        "timings": meta.get("timings", {})})
+    return out
+
+
+def prune(current: Callable[[dict], bool]) -> list[str]:
+    """Remove the templates `current(meta)` says no to (built from a box that was rebuilt). A running
+    fork keeps its open files: it runs on; new forks use the new template."""
+    gone = []
+    for d in sorted(root().iterdir()) if root().exists() else []:
+        t = Template(d.name, d)
+        if d.is_dir() and t.is_complete() and not current(t.meta):
+            shutil.rmtree(d, ignore_errors=True)
+            gone.append(t.key)
+    return gone
+
+
+def fork_xml(template_xml: str, *, cluster: str, name: str, mac: str, disk: Path, network: str) -> tuple[str, str]:
+    """A fork's domain XML from the template's saved one: its own name, UUID, MAC, disk and network, the
+    cluster's description (lab.providers.domains.cluster_of), no padding. Returns (xml, uuid)."""
+    root_el = ET.fromstring(template_xml)
+    new_uuid = str(uuid.uuid4())
+    root_el.find("name").text = name
+    root_el.find("uuid").text = new_uuid
+    desc = root_el.find("description")
+    desc.text = f"slurmlab cluster={cluster}"
+    md = root_el.find("metadata")
+    if md is not None:
+        root_el.remove(md)
+    md = ET.SubElement(root_el, "metadata")
+    ET.SubElement(md, f"{{{PAD_NS}}}fork", {"template": template_name(template_xml)})
+    disks = [d for d in root_el.findall("devices/disk") if d.get("device", "disk") == "disk"]
+    if len(disks) != 1 or disks[0].find("source") is None:
+        raise TemplateError("the template's XML does not have exactly one disk")
+    disks[0].find("source").set("file", str(disk))
+    for bs in disks[0].findall("backingStore"):
+        disks[0].remove(bs)
+    ifaces = root_el.findall("devices/interface")
+    if len(ifaces) != 1:
+        raise TemplateError("the template's XML does not have exactly one network interface")
+    ifaces[0].find("mac").set("address", mac)
+    src = ifaces[0].find("source")
+    for k in list(src.attrib):
+        del src.attrib[k]
+    src.set("network", network)
+    for el in ("target", "alias"):
+        for e in ifaces[0].findall(el):
+            ifaces[0].remove(e)
+    return ET.tostring(root_el, encoding="unicode"), new_uuid
+
+
+def template_name(xml: str) -> str:
+    return ET.fromstring(xml).findtext("name") or ""
+
+
+def fork_of(dom_xml: str) -> str | None:
+    """The template a domain was forked from (its metadata), or None for a cold-booted VM."""
+    el = ET.fromstring(dom_xml).find(f"metadata/{{{PAD_NS}}}fork")
+    return el.get("template") if el is not None else None
