@@ -1,0 +1,164 @@
+"""Fork a node from a warm-start template: restore the template's memory under the node's own name,
+then give it its identity through the guest agent (docs/adr/0011).
+
+Steps, each timed:
+  overlay    a qcow2 overlay over the template's frozen disk, in the pool as `<node>.img` (removed with
+             the node like a Vagrant VM's disk: lab.providers.domains.purge)
+  image      a copy of the template's save image with the node's XML in its header (savefile.py):
+             name, UUID, MAC, disk, the cluster's network
+  restore    define the domain, restore it from the copy (running), delete the copy
+  identity   `guest-set-time` (the saved clock is the template's), then the box's fork-identity script
+             with a tar archive on stdin: the node's MAC and address, machine-id, SSH host keys, RNG seed,
+             and the credentials a cold VM gets at boot (name, hosts, munge key, the cluster's SSH key)
+A failed fork removes what it made and raises ForkError; the provider then boots the node cold.
+"""
+
+from __future__ import annotations
+
+import io
+import ipaddress
+import os
+import subprocess
+import tarfile
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lab import paths
+from lab.providers import agent, savefile, templates
+from lab.providers.base import ClusterNet, MachineSpec
+from lab.providers.vagrantfile import hosts_credential, node_credential
+
+AGENT_TIMEOUT_S = 60.0
+IDENTITY_TIMEOUT_S = 120.0
+STATE_DISK_TARGET = "vdb"
+
+
+class ForkError(Exception):
+    """A fork failed (restore, agent, identity); what it made is gone. The node can boot cold."""
+
+
+@dataclass
+class Identity:
+    """What makes a fork its own node (every field differs between two forks)."""
+
+    machine_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    seed: bytes = field(default_factory=lambda: os.urandom(64))
+    host_keys: dict[str, bytes] = field(default_factory=dict)  # file name -> content
+
+
+def host_keys(comment: str) -> dict[str, bytes]:
+    """A new ed25519 and ecdsa host key pair, made on the host (ms, not the guest's emulated seconds)."""
+    out = {}
+    with tempfile.TemporaryDirectory() as d:
+        for t in ("ed25519", "ecdsa"):
+            f = Path(d) / f"ssh_host_{t}_key"
+            subprocess.run(["ssh-keygen", "-q", "-t", t, "-N", "", "-C", comment, "-f", str(f)], check=True,
+                           capture_output=True)
+            out[f.name] = f.read_bytes()
+            out[f.name + ".pub"] = (Path(d) / f"{f.name}.pub").read_bytes()
+    return out
+
+
+def identity_archive(*, cluster: str, machine: MachineSpec, machines: Sequence[MachineSpec], net: ClusterNet,
+                     public_key: str, munge_key: bytes | None, ident: Identity) -> bytes:
+    """The tar archive fork-identity reads on stdin (pure: tested without a VM)."""
+    prefix = ipaddress.ip_network(net.cidr).prefixlen
+    controller = next((m.name for m in machines if m.node_type == "Controller"), machine.name)
+    files: dict[str, bytes] = {
+        "fork.env": (f"MAC={machine.mac.lower()}\nADDRESS={machine.address}/{prefix}\nGATEWAY={net.gateway}\n"
+                     f"MACHINE_ID={ident.machine_id}\n").encode(),
+        "seed": ident.seed,
+        "slurmlab.authorized_keys": (public_key.strip() + "\n").encode(),
+        "slurmlab.node": node_credential(cluster, machine, controller).encode(),
+        "slurmlab.hosts": hosts_credential(machines).encode(),
+        **ident.host_keys,
+    }
+    if munge_key is not None:
+        files["slurmlab.munge_key"] = munge_key
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for name, data in sorted(files.items()):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), 0o600, int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def forks_dir() -> Path:
+    return paths.libvirt_dir() / "forks"
+
+
+def fork(conn, *, pool_dir: Path, template: templates.Template, cluster: str, machine: MachineSpec,
+         machines: Sequence[MachineSpec], net: ClusterNet, public_key: str, munge_key: bytes | None,
+         state_disk: Path | None = None) -> dict:
+    """Make `machine` a running fork of `template` with its identity; {step: seconds}. Raises ForkError."""
+    import libvirt
+
+    t = {}
+    t0 = time.monotonic()
+    overlay = pool_dir / f"{machine.name}.img"
+    image = forks_dir() / f"{machine.name}.save"
+    dom = None
+    try:
+        overlay.unlink(missing_ok=True)  # a disk left by a failed attempt: the domain is gone (ensure checked)
+        r = subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", str(template.disk),
+                            str(overlay)], capture_output=True, text=True)
+        if r.returncode:
+            raise ForkError(f"qemu-img create {overlay} failed: {r.stderr.strip()[-300:]}")
+        t["overlay"] = time.monotonic() - t0
+        saved = savefile.read(template.memory)
+        xml, _ = templates.fork_xml(saved.xml, cluster=cluster, name=machine.name, mac=machine.mac, disk=overlay,
+                                    network=net.name)
+        forks_dir().mkdir(parents=True, exist_ok=True)
+        savefile.copy_with_xml(template.memory, image, xml)
+        t["image"] = time.monotonic() - t0 - sum(t.values())
+        conn.defineXML(xml)
+        conn.restoreFlags(str(image), None, 0)
+        dom = conn.lookupByName(machine.name)
+        t["restore"] = time.monotonic() - t0 - sum(t.values())
+        image.unlink(missing_ok=True)
+        if state_disk is not None:
+            dom.attachDeviceFlags(state_disk_xml(state_disk),
+                                  libvirt.VIR_DOMAIN_AFFECT_LIVE | libvirt.VIR_DOMAIN_AFFECT_CONFIG)
+        agent.wait(dom, AGENT_TIMEOUT_S, poll=0.2)
+        agent.set_time(dom)
+        ident = Identity(host_keys=host_keys(f"root@{machine.name}"))
+        archive = identity_archive(cluster=cluster, machine=machine, machines=machines, net=net, public_key=public_key,
+                                   munge_key=munge_key, ident=ident)
+        ran = agent.run(dom, "/usr/local/lib/slurmlab/fork-identity", stdin=archive, timeout=IDENTITY_TIMEOUT_S)
+        if ran.exitcode != 0:
+            raise ForkError(f"fork-identity exited {ran.exitcode}: {ran.tail()}")
+        t["identity"] = time.monotonic() - t0 - sum(t.values())
+        return {k: round(v, 2) for k, v in t.items()}
+    except (libvirt.libvirtError, agent.AgentError, savefile.SaveFormatError, templates.TemplateError, OSError) as e:
+        _undo(conn, machine.name, overlay)
+        raise ForkError(f"{machine.name}: fork of template {template.key} failed: {e}") from None
+    except ForkError:
+        _undo(conn, machine.name, overlay)
+        raise
+    finally:
+        image.unlink(missing_ok=True)
+
+
+def state_disk_xml(path: Path) -> str:
+    from lab.providers.base import STATE_DISK_SERIAL
+
+    return (f"<disk type='file' device='disk'><driver name='qemu' type='qcow2'/><source file='{path}'/>"
+            f"<target dev='{STATE_DISK_TARGET}' bus='virtio'/><serial>{STATE_DISK_SERIAL}</serial></disk>")
+
+
+def _undo(conn, name: str, overlay: Path) -> None:
+    import libvirt
+
+    try:
+        d = conn.lookupByName(name)
+        if d.isActive():
+            d.destroy()
+        d.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_NVRAM | libvirt.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE)
+    except libvirt.libvirtError:
+        pass
+    overlay.unlink(missing_ok=True)
