@@ -116,12 +116,12 @@ def copy_with_xml(src: Path, dst: Path, xml: str) -> int:
         size = os.fstat(fi.fileno()).st_size
         with open(tmp, "wb") as fo:
             fo.write(out)
-            left = size - len(out)
-            while left > 0:
-                n = os.copy_file_range(fi.fileno(), fo.fileno(), min(left, 1 << 30))
+            pos, left = len(out), size - len(out)
+            while left > 0:  # explicit offsets: the buffered read above moved the fd's own past `pos`
+                n = os.copy_file_range(fi.fileno(), fo.fileno(), min(left, 1 << 30), pos, pos)
                 if n <= 0:
                     break
-                left -= n
+                pos, left = pos + n, left - n
             if left:
                 raise SaveFormatError(f"copying {src} stopped {left} bytes short")
     os.replace(tmp, dst)
