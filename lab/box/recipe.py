@@ -169,6 +169,9 @@ def render_marker(
         "mirror": recipe.mirror,
         "slurm_version": slurm_version,
         "kernel": kernel,
+        # what the box can do beyond a plain boot: "warm-start" = qemu-guest-agent and fork-identity
+        # (lab/providers/warm.py forks only boxes that say so)
+        "features": ["warm-start"],
     }
     return json.dumps(doc, indent=2, sort_keys=True) + "\n"
 

@@ -18,7 +18,7 @@ from lab.engine.plan import (
     Action,
     node_recovery,
 )
-from lab.providers.base import LaunchError
+from lab.providers.base import LaunchError, Observed
 from lab.store.db import ClusterRow, NodeRow
 
 NOW = object()  # in _slurm_batch's `after`: the time the configurer returned
@@ -37,11 +37,18 @@ class Actions:
             self._fail(cluster, a.node, f"launch failed: {fault}")
             return
         try:
-            await self.provider_for(c).ensure_async(cluster, self._machine(cluster, n))
+            obs = await self.provider_for(c).ensure_async(cluster, self._machine(cluster, n))
         except Exception as e:  # noqa: BLE001 - a LaunchError says transient or permanent; others are transient
             self._fail(cluster, a.node, f"launch failed: {e}", permanent=isinstance(e, LaunchError) and e.permanent)
             return
-        self._booted(cluster, a, "VM answers ssh", "VM up", self._op_of(cluster, a.node, a.group))
+        op = self._op_of(cluster, a.node, a.group)
+        details = obs.details if isinstance(obs, Observed) else {}
+        if details.get("warning"):  # e.g. no warm-start template: the node booted cold (docs/adr/0011)
+            self.store.add_event(cluster, "Instance", "Warning", f"{a.node}: {details['warning']}"[:500], grp=a.group,
+                                 node=a.node, operation_id=op)
+        how = (f" (forked from template {details['template']} in {details['seconds']} s)"
+               if details.get("template") else "")
+        self._booted(cluster, a, "VM answers ssh", "VM up" + how, op)
 
     def _booted(self, cluster: str, a: Action, message: str, event: str, op: str | None, **vals) -> None:
         """The node's VM answers (launched or rebooted): it is configured again from scratch."""

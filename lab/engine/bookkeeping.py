@@ -9,7 +9,7 @@ import random
 
 from lab.engine import plan as planner
 from lab.engine.plan import NO_RETRY, Action
-from lab.providers.base import MachineSpec, Provider, state_disk_name
+from lab.providers.base import MachineSpec, Provider, start_of, state_disk_name
 from lab.store.db import ClusterRow, GroupRow, NodeRow
 
 BACKOFF_BASE = 10.0
@@ -270,7 +270,7 @@ class Bookkeeping:
     async def _prepare(self, c: ClusterRow, prov: Provider, gmap: dict[str, GroupRow], nodes: list[NodeRow]) -> None:
         box = (c.spec.get("Lab") or {}).get("Box")
         machines = [MachineSpec(n.name, n.grp, gmap[n.grp].cpus, gmap[n.grp].memory_mib, n.mac, n.address,
-                                gmap[n.grp].node_type, n.image, state_disk_of(c, gmap[n.grp].node_type))
+                                gmap[n.grp].node_type, n.image, state_disk_of(c, gmap[n.grp].node_type), start_of(c.spec))
                     for n in nodes if n.grp in gmap and n.address]
         self._dirty.discard(c.name)
         self._prepared.add(c.name)
@@ -280,7 +280,7 @@ class Bookkeeping:
         g = self._group(cluster, n.grp)
         c = self._snap[cluster][0] if cluster in self._snap else self.store.cluster(cluster)
         return MachineSpec(n.name, n.grp, g.cpus, g.memory_mib, n.mac, n.address, g.node_type, n.image,
-                           state_disk_of(c, g.node_type))
+                           state_disk_of(c, g.node_type), start_of(c.spec))
 
     def _group(self, cluster: str, group: str) -> GroupRow:
         snap = self._snap.get(cluster)

@@ -26,8 +26,17 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any
+
+
+class Start(str, Enum):
+    """How a new VM comes up (`Lab.Start`, docs/adr/0011): Warm forks it from a saved template of its
+    box and shape (no boot; the default where templates work), Cold boots it with `vagrant up`."""
+
+    WARM = "Warm"
+    COLD = "Cold"
 
 
 @dataclass(frozen=True)
@@ -45,6 +54,12 @@ class MachineSpec:
     # The controller's state disk: a volume name in the lab's pool that outlives the VM (docs/adr/0007);
     # None: no state disk (other nodes, and clusters made before it)
     state_disk: str | None = None
+    start: Start = Start.WARM
+
+
+def start_of(spec: dict) -> Start:
+    """The cluster's `Lab.Start` (a spec as stored), Warm when absent."""
+    return Start((spec.get("Lab") or {}).get("Start") or Start.WARM.value)
 
 
 # The serial of the state disk, as the guest sees it: /dev/disk/by-id/virtio-<serial> (roles/state_disk)

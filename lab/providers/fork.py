@@ -126,6 +126,7 @@ def fork(conn, *, pool_dir: Path, template: templates.Template, cluster: str, ma
                                   libvirt.VIR_DOMAIN_AFFECT_LIVE | libvirt.VIR_DOMAIN_AFFECT_CONFIG)
         agent.wait(dom, AGENT_TIMEOUT_S, poll=0.2)
         agent.set_time(dom)
+        t["agent"] = time.monotonic() - t0 - sum(t.values())
         ident = Identity(host_keys=host_keys(f"root@{machine.name}"))
         archive = identity_archive(cluster=cluster, machine=machine, machines=machines, net=net, public_key=public_key,
                                    munge_key=munge_key, ident=ident)

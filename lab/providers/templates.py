@@ -116,8 +116,20 @@ def find(box: str, shape: Shape, driver: str) -> Template | None:
     return t if t.is_complete() else None
 
 
+def failure(box: str, shape: Shape, driver: str) -> str | None:
+    """Why the template of `box` and `shape` cannot be had (a build of it failed; the box is missing),
+    or None. A failed build is not tried again for the same box: `slurmlab box templates --rebuild`."""
+    try:
+        k = key(box, shape, driver)
+    except TemplateError as e:
+        return str(e)
+    f = root() / f"{k}.failed"
+    return f.read_text().strip() if f.exists() else None
+
+
 def ensure(box: str, shape: Shape, driver: str, progress: Callable[[str], None] = lambda s: None) -> Template:
-    """The template of `box` and `shape`, built now if there is none (under a lock: one build)."""
+    """The template of `box` and `shape`, built now if there is none (under a lock: one build).
+    Raises TemplateError, also when an earlier build of it failed (the reason is kept beside it)."""
     from filelock import FileLock
 
     k = key(box, shape, driver)
@@ -129,9 +141,24 @@ def ensure(box: str, shape: Shape, driver: str, progress: Callable[[str], None] 
     with FileLock(str(root() / f"{k}.lock")):
         if t.is_complete():
             return t
+        if (why := failure(box, shape, driver)) is not None:
+            raise TemplateError(why)
         progress(f"building the warm-start template {k} (one boot; later nodes of this shape skip theirs)")
-        _build(t, box, shape, driver)
+        try:
+            _build(t, box, shape, driver)
+        except TemplateError as e:
+            (root() / f"{k}.failed").write_text(f"{e}\n")
+            raise
     return t
+
+
+def forget_failures() -> list[str]:
+    """Clear every recorded build failure (the next fork tries again)."""
+    gone = []
+    for f in sorted(root().glob("*.failed")) if root().exists() else []:
+        f.unlink()
+        gone.append(f.name.removesuffix(".failed"))
+    return gone
 
 
 def _run(cmd: list[str]) -> None:

@@ -18,8 +18,9 @@ from pathlib import Path
 from lab import paths, secrets
 from lab.errors import LabError
 from lab.host import kvm, libvirtd, registry
-from lab.providers import checkpoint, disk, network, placement, priority, state_disk
+from lab.providers import checkpoint, disk, fork, network, placement, priority, state_disk, templates
 from lab.providers.base import DISK_FULL, CheckpointError, ClusterNet, LaunchError, MachineSpec, Observed, Provider, ProviderUnreachable, mac_for
+from lab.providers.warm import WarmStart
 from lab.providers.vagrantfile import render
 from lab.providers import domains
 from lab.providers.domains import purge as _purge_domain
@@ -71,6 +72,9 @@ class VagrantProvider(Provider):
         self._lock = threading.Lock()
         self._inflight: dict[str, set] = {}  # cluster -> running vagrant processes (Popen)
         self._swept: dict[str, float] = {}  # cluster -> when its lost hosts were last asked (_sweep_abandoned)
+        self._boxes: dict[str, str] = {}  # cluster -> its box (prepare)
+        self._nets: dict[str, ClusterNet] = {}  # cluster -> its network (prepare)
+        self.warm = WarmStart()  # nodes forked from saved templates (docs/adr/0011)
 
     # ------------------------------------------------------------------ helpers
     def _vagrant(self, cluster: str, args: list[str], logname: str, timeout: float = 1800,
@@ -163,6 +167,8 @@ class VagrantProvider(Provider):
         k = kvm.detect()
         with self._lock:
             self._machines[cluster] = {m.name: m for m in machines}
+            self._boxes[cluster] = box or self.box
+            self._nets[cluster] = net
             text = render(
                 cluster=cluster, box=box or self.box, machines=list(self._machines[cluster].values()), net=net,
                 private_key=str(cd.ssh_key), public_key=pub, driver=k.driver,
@@ -171,12 +177,21 @@ class VagrantProvider(Provider):
             )
             if not cd.vagrantfile.exists() or cd.vagrantfile.read_text() != text:
                 atomic_write(cd.vagrantfile, text)
+        if host.local:
+            for b in sorted({m.box or box or self.box for m in machines}):
+                self.warm.prebuild(b, [m for m in machines if (m.box or box or self.box) == b])
         return net
 
     def ensure(self, cluster: str, machine: MachineSpec) -> Observed:
-        """Start the VM (create it if missing) and wait until it answers SSH."""
+        """Start the VM (create it if missing) and wait until it answers SSH: a new VM is forked from
+        its shape's template where it can be (warm.py), else booted with `vagrant up`; the reason for a
+        cold boot is in the answer's details["warning"]."""
         host = placement.host_of(cluster)
-        if machine.name not in self.observe(cluster):
+        present = self.observe(cluster)
+        if machine.name in present and self.warm.is_fork(cluster, machine.name):
+            self.warm.reboot(cluster, machine.name, machine.address)  # a fork left shut off: its own disk boots
+            return Observed(machine.name, "running", machine.address)
+        if machine.name not in present:
             room = placement.room(host)
             if room.memory_mib < machine.memory_mib:
                 raise LaunchError(f"InsufficientCapacity: host {host.name} has {room.memory_mib} MiB free for VMs "
@@ -189,6 +204,18 @@ class VagrantProvider(Provider):
         network.add_host(cluster, machine.mac, machine.name, machine.address)
         if machine.node_type == "Controller":
             priority.favor_when_started(machine.name)  # it boots first when every VM boots at once
+        cold_because = None
+        if machine.name not in present:
+            box = machine.box or self._boxes.get(cluster, self.box)
+            cold_because = self.warm.blocker(cluster, machine, box)
+            if cold_because is None:
+                try:
+                    obs = self.warm.start(cluster, machine, self._cluster_machines(cluster, machine),
+                                          self._nets.get(cluster) or self.network(cluster), box)
+                    return obs
+                except (templates.TemplateError, fork.ForkError) as e:
+                    cold_because = str(e)
+                    log.warning("%s boots cold: %s", machine.name, e)
         self._vagrant(cluster, ["up", machine.name, "--provider", "libvirt", "--no-provision"], machine.name,
                       ready=lambda: ssh_answers(cluster, machine.address, connect_timeout=3, timeout=15),
                       abort=stopped_while_booting(machine.name, lambda n: domain_state(n, host.connect)))
@@ -196,7 +223,17 @@ class VagrantProvider(Provider):
         if not obs or obs.state != "running":
             raise LaunchError(f"{machine.name}: vagrant up returned but the domain is {obs.state if obs else 'missing'}")
         obs.address = machine.address
+        obs.details["start"] = "Cold"
+        if cold_because and cold_because != "Lab.Start is Cold":
+            obs.details["warning"] = f"booted cold: {cold_because}"
         return obs
+
+    def _cluster_machines(self, cluster: str, machine: MachineSpec) -> list[MachineSpec]:
+        """Every machine of the cluster as prepare() last saw them, `machine` among them (its /etc/hosts)."""
+        with self._lock:
+            ms = dict(self._machines.get(cluster, {}))
+        ms[machine.name] = machine
+        return list(ms.values())
 
     def observe(self, cluster: str) -> dict[str, Observed]:
         import libvirt
@@ -223,6 +260,10 @@ class VagrantProvider(Provider):
 
     def reboot(self, cluster: str, name: str) -> Observed:
         """Restart the VM (start it if it is shut off) and wait until it answers SSH again."""
+        if self.warm.is_fork(cluster, name):
+            m = self._machines.get(cluster, {}).get(name)
+            self.warm.reboot(cluster, name, m.address if m else None)
+            return Observed(name, "running", m.address if m else None)
         self._vagrant(cluster, ["reload", name, "--no-provision"], name)
         obs = self.observe(cluster).get(name)
         if not obs or obs.state != "running":
@@ -244,7 +285,8 @@ class VagrantProvider(Provider):
 
     def remove(self, cluster: str, names: list[str]) -> None:
         for name in names:
-            self._destroy(cluster, name)
+            if not self.warm.is_fork(cluster, name):  # Vagrant never made a fork
+                self._destroy(cluster, name)
             _purge_domain(cluster, name)
 
     def delete_cluster(self, cluster: str) -> list[str]:
@@ -255,7 +297,8 @@ class VagrantProvider(Provider):
         cd = ClusterDir(cluster)
         if names and cd.vagrantfile.exists():
             for n in names:
-                self._destroy(cluster, n)
+                if not self.warm.is_fork(cluster, n):
+                    self._destroy(cluster, n)
         for n in names:
             _purge_domain(cluster, n)
             removed.append(f"domain {n}")
@@ -268,6 +311,8 @@ class VagrantProvider(Provider):
         shutil.rmtree(credentials_dir(cluster), ignore_errors=True)
         cd.remove()
         self._machines.pop(cluster, None)
+        self._boxes.pop(cluster, None)
+        self._nets.pop(cluster, None)
         return removed
 
     def checkpoint(self, cluster: str, tag: str, record: dict) -> dict:
@@ -288,7 +333,10 @@ class VagrantProvider(Provider):
         """`vagrant halt NAME`: the guest shuts down (services stop, disks are flushed); forced after
         vagrant-libvirt's graceful_halt_timeout."""
         if (obs := self.observe(cluster).get(name)) is not None and obs.state == "running":
-            self._vagrant(cluster, ["halt", name], name, timeout=600)
+            if self.warm.is_fork(cluster, name):
+                self.warm.stop(cluster, name)
+            else:
+                self._vagrant(cluster, ["halt", name], name, timeout=600)
 
     def place(self, cluster: str, memory_mib: int, cpus: int) -> str | None:
         ClusterDir(cluster).create()

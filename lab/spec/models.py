@@ -150,6 +150,7 @@ class LabConfig(_Shape):
     Box: str | None = None  # the Vagrant box for every VM; None -> the lab's default box
     Users: LabUsers | None = None  # student accounts
     Gpus: dict[str, int] | None = None  # Compute group -> emulated GPUs per node (default: the type's real count)
+    Start: Literal["Warm", "Cold"] | None = None  # Warm (default): forked from a saved template; Cold: booted
 
     @field_validator("Users", mode="before")
     @classmethod

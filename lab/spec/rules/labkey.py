@@ -1,4 +1,5 @@
-"""The lab's own top-level key `Lab`: Box, Users (student accounts) and Gpus (emulated GPUs)."""
+"""The lab's own top-level key `Lab`: Box, Users (student accounts), Gpus (emulated GPUs) and Start
+(Warm: nodes forked from a saved template; Cold: booted; docs/adr/0011)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from ..problems import Loc, Problem
 
 _BOX = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
 
-LAB_KEYS = ("Box", "Users", "Gpus")
+LAB_KEYS = ("Box", "Users", "Gpus", "Start")
 USERS_KEYS = ("Count", "Prefix", "Password")
 USERS_MAX = 200
 USER_PREFIX = "user"
@@ -164,6 +165,10 @@ def check_lab(lab: Any, groups: Any = None) -> list[Problem]:
             problems += check_users(value)
         elif key == "Gpus":
             problems += check_gpus(value, groups)
+        elif key == "Start":
+            if value not in ("Warm", "Cold"):
+                problems.append(Problem(("Lab", "Start"), f"{value!r} is not a way to start nodes",
+                                        "use Warm (forked from a saved template, the default) or Cold (booted)"))
         else:
             problems.append(Problem(("Lab", str(key)), f"unknown field: the lab's own settings are: {', '.join(LAB_KEYS)}", "remove it"))
     return problems

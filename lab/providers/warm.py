@@ -1,0 +1,189 @@
+"""Warm start on the Vagrant provider's local host: which nodes can be forked, and forking them
+(docs/adr/0011). VagrantProvider asks `blocker` first; a node it says nothing against is forked
+(`start`), any other boots cold with `vagrant up`, and the reason becomes a warning event.
+
+What Vagrant still does for a cluster of forks: nothing per VM. The Vagrantfile keeps listing every
+node (a `vagrant ssh NODE` of a cold node, the cold path of a fallback), and `vagrant status` shows
+forks as "not created": the lab's own views (list-cluster-nodes, `slurmlab ssh`) are the truthful ones.
+Acting on a fork goes through libvirt: reboot is a cold boot of its own disk (its identity is on it),
+stop is an ACPI shutdown, remove undefines it and deletes its overlay.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import threading
+import time
+from collections.abc import Sequence
+
+from lab import paths
+from lab.host import kvm, libvirtd
+from lab.providers import fork, placement, templates
+from lab.providers.base import ClusterNet, LaunchError, MachineSpec, Observed, Start
+from lab.workspace import ClusterDir
+
+log = logging.getLogger(__name__)
+
+SSH_AFTER_FORK_S = 60.0  # a fork answers ssh ~4 s after its identity is set (measured); boots take 40-120 s
+WARM_FEATURE = "warm-start"  # in the box's slurmlab.json: the box has qemu-guest-agent and fork-identity
+
+
+def shape_of(m: MachineSpec) -> templates.Shape:
+    return templates.Shape(m.cpus, m.memory_mib)
+
+
+def box_supports(box: str) -> str | None:
+    """Why `box` cannot be forked (None: it can)."""
+    from lab.box import vagrant as boxvagrant
+
+    marker = boxvagrant.read_marker(boxvagrant.box_dir(box, "0"))
+    if marker is None:
+        return f"box {box} was not built by slurmlab (no guest agent, no fork-identity)"
+    if WARM_FEATURE not in marker.get("features", []):
+        return f"box {box} was built before warm start (slurmlab box build makes a new one)"
+    return None
+
+
+class WarmStart:
+    def __init__(self) -> None:
+        self._prebuilding: set[str] = set()
+        self._lock = threading.Lock()
+
+    def blocker(self, cluster: str, machine: MachineSpec, box: str) -> str | None:
+        """Why `machine` boots cold (None: it is forked)."""
+        if machine.start != Start.WARM:
+            return "Lab.Start is Cold"
+        host = placement.host_of(cluster)
+        if not host.local:
+            return f"templates live on this machine; cluster {cluster} runs on host {host.name}"
+        return box_supports(box) or templates.failure(box, shape_of(machine), kvm.detect().driver)
+
+    def prebuild(self, box: str, machines: Sequence[MachineSpec]) -> None:
+        """Start building, in the background, the templates `machines` will need (one per shape), so
+        that the controller's fork does not wait for the compute nodes' template or the other way round."""
+        driver = kvm.detect().driver
+        for shape in sorted({shape_of(m) for m in machines if m.start == Start.WARM}, key=str):
+            if box_supports(box) or templates.failure(box, shape, driver) or templates.find(box, shape, driver):
+                continue
+            k = f"{box}/{shape}"
+            with self._lock:
+                if k in self._prebuilding:
+                    continue
+                self._prebuilding.add(k)
+            threading.Thread(target=self._build, args=(box, shape, driver, k), daemon=True,
+                             name=f"template-{shape}").start()
+
+    def _build(self, box: str, shape: templates.Shape, driver: str, k: str) -> None:
+        try:
+            templates.ensure(box, shape, driver, progress=log.info)
+        except templates.TemplateError as e:
+            log.warning("%s", e)
+        finally:
+            with self._lock:
+                self._prebuilding.discard(k)
+
+    def start(self, cluster: str, machine: MachineSpec, machines: Sequence[MachineSpec], net: ClusterNet,
+              box: str) -> Observed:
+        """Fork `machine` and wait until it answers ssh. Raises templates.TemplateError or fork.ForkError
+        (nothing left behind): the caller boots it cold."""
+        from lab.providers.reach import ssh_answers
+
+        t0 = time.monotonic()
+        tpl = templates.ensure(box, shape_of(machine), kvm.detect().driver, progress=log.info)
+        t_tpl = time.monotonic() - t0
+        cd = ClusterDir(cluster)
+        state = None
+        if machine.state_disk:
+            state = paths.pool_dir() / machine.state_disk
+            if not state.exists():
+                r = subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", str(state), _state_size()],
+                                   capture_output=True, text=True)
+                if r.returncode:
+                    raise fork.ForkError(f"qemu-img create {state}: {r.stderr.strip()}")
+        conn = libvirtd.connect()
+        try:
+            timings = fork.fork(conn, pool_dir=paths.pool_dir(), template=tpl, cluster=cluster, machine=machine,
+                                machines=machines, net=net, public_key=cd.ssh_key.with_suffix(".pub").read_text(),
+                                munge_key=cd.munge_key.read_bytes(), state_disk=state)
+        finally:
+            conn.close()
+        t1 = time.monotonic()
+        while not ssh_answers(cluster, machine.address, connect_timeout=3, timeout=15):
+            if time.monotonic() - t1 > SSH_AFTER_FORK_S:
+                self.remove(cluster, machine.name)
+                raise fork.ForkError(f"{machine.name} was forked but did not answer ssh within {SSH_AFTER_FORK_S:.0f} s")
+            time.sleep(0.5)
+        timings["ssh"] = round(time.monotonic() - t1, 2)
+        if t_tpl > 1:
+            timings["template"] = round(t_tpl, 1)
+        return Observed(machine.name, "running", machine.address,
+                        details={"start": Start.WARM.value, "template": tpl.key, "timings": timings,
+                                 "seconds": round(time.monotonic() - t0, 1)})
+
+    # ---------------------------------------------------------------- acting on a fork through libvirt
+    @staticmethod
+    def is_fork(cluster: str, name: str) -> bool:
+        import libvirt
+
+        conn = placement.host_of(cluster).connect()
+        try:
+            return templates.fork_of(conn.lookupByName(name).XMLDesc(0)) is not None
+        except libvirt.libvirtError:
+            return False
+        finally:
+            conn.close()
+
+    def reboot(self, cluster: str, name: str, address: str | None) -> None:
+        """A fork's reboot: its VM stops and boots cold from its own disk (its identity is written there)."""
+        import libvirt
+
+        from lab.providers.reach import ssh_answers
+
+        conn = placement.host_of(cluster).connect()
+        try:
+            d = conn.lookupByName(name)
+            if d.isActive():
+                d.destroy()
+            d.create()
+        except libvirt.libvirtError as e:
+            raise LaunchError(f"{name}: reboot failed: {e.get_error_message()}") from None
+        finally:
+            conn.close()
+        t0 = time.monotonic()
+        while address and not ssh_answers(cluster, address, connect_timeout=3, timeout=15):
+            if time.monotonic() - t0 > 600:
+                raise LaunchError(f"{name} did not answer ssh within 600 s of its reboot")
+            time.sleep(2)
+
+    def stop(self, cluster: str, name: str, timeout: float = 120) -> None:
+        """ACPI shutdown (the guest flushes its disks), forced after `timeout`."""
+        import libvirt
+
+        conn = placement.host_of(cluster).connect()
+        try:
+            d = conn.lookupByName(name)
+            if not d.isActive():
+                return
+            d.shutdown()
+            t0 = time.monotonic()
+            while d.isActive() and time.monotonic() - t0 < timeout:
+                time.sleep(1)
+            if d.isActive():
+                d.destroy()
+        except libvirt.libvirtError:
+            pass
+        finally:
+            conn.close()
+
+    @staticmethod
+    def remove(cluster: str, name: str) -> None:
+        from lab.providers.domains import purge
+
+        purge(cluster, name)
+
+
+def _state_size() -> str:
+    from lab.providers.state_disk import SIZE
+
+    return SIZE
