@@ -40,6 +40,16 @@ log = logging.getLogger(__name__)
 RESERVE = 1 << 30  # bytes kept free on the host's disk beyond what a checkpoint needs
 
 
+def local_only(cluster: str) -> None:
+    """Checkpoints are files of this machine: a cluster on another host has none."""
+    from lab.providers import placement
+
+    host = placement.host_of(cluster)
+    if not host.local:
+        raise CheckpointError(f"cluster {cluster} runs on host {host.name}: checkpoints are taken and restored on the "
+                              "local host only (they are files of this machine)")
+
+
 def root(cluster: str) -> Path:
     return paths.libvirt_dir() / "checkpoints" / cluster
 

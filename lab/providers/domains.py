@@ -104,3 +104,24 @@ def purge_cluster_on(host, cluster: str) -> list[str]:
     finally:
         conn.close()
     return done
+
+
+def purge_abandoned(cluster: str) -> list[str]:
+    """Remove what `cluster` left on the hosts it was moved away from (a delete); what is still
+    unreachable stays, with a warning that says how to clean it."""
+    import logging
+
+    import libvirt
+
+    from lab.errors import LabError
+    from lab.host import registry
+
+    done = []
+    for name in placement.abandoned(cluster):
+        try:
+            done += purge_cluster_on(registry.get(name), cluster)
+        except (libvirt.libvirtError, LabError) as e:
+            logging.getLogger(__name__).warning(
+                "cluster %s: its VMs on lost host %s stay until that host answers and is cleaned "
+                "(virsh -c URI list --all; `slurmlab host remove %s` refuses while they exist): %s", cluster, name, name, e)
+    return done

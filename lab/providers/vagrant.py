@@ -15,12 +15,13 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from lab import paths, secrets
+from lab import secrets
 from lab.errors import LabError
 from lab.host import kvm, libvirtd, registry
 from lab.providers import checkpoint, disk, fork, network, placement, priority, state_disk, templates
-from lab.providers.base import DISK_FULL, CheckpointError, ClusterNet, LaunchError, MachineSpec, Observed, Provider, ProviderUnreachable, mac_for
+from lab.providers.base import DISK_FULL, ClusterNet, LaunchError, MachineSpec, Observed, Provider, ProviderUnreachable, mac_for
 from lab.providers.warm import WarmStart
+from lab.providers import vagrantfile
 from lab.providers.vagrantfile import render
 from lab.providers import domains
 from lab.providers.domains import purge as _purge_domain
@@ -160,7 +161,7 @@ class VagrantProvider(Provider):
         cd.create()
         pub = secrets.ensure_ssh_key(cd.ssh_key, f"slurmlab-{cluster}")
         secrets.ensure_munge_key(cd.munge_key)
-        fw_munge = secrets.qemu_readable_copy(cd.munge_key, credentials_dir(cluster) / "munge.key")
+        fw_munge = secrets.qemu_readable_copy(cd.munge_key, vagrantfile.credentials_dir(cluster) / "munge.key")
         libvirtd.up()
         host = placement.place(cluster, sum(m.memory_mib for m in machines), sum(m.cpus for m in machines))
         net = self.network(cluster, preferred_index)
@@ -304,11 +305,11 @@ class VagrantProvider(Provider):
             removed.append(f"domain {n}")
         removed += state_disk.delete_volumes(cluster)
         removed += checkpoint.delete_all(cluster)
-        removed += self._purge_abandoned_now(cluster)
+        removed += domains.purge_abandoned(cluster)
         if network.remove(cluster):
             removed.append(f"network {network.net_name(cluster)}")
         libvirtd.prune_box_volumes(self.box)
-        shutil.rmtree(credentials_dir(cluster), ignore_errors=True)
+        shutil.rmtree(vagrantfile.credentials_dir(cluster), ignore_errors=True)
         cd.remove()
         self._machines.pop(cluster, None)
         self._boxes.pop(cluster, None)
@@ -316,11 +317,11 @@ class VagrantProvider(Provider):
         return removed
 
     def checkpoint(self, cluster: str, tag: str, record: dict) -> dict:
-        _local_only(cluster)
+        checkpoint.local_only(cluster)
         return checkpoint.take(cluster, tag, record)
 
     def restore(self, cluster: str, tag: str) -> dict:
-        _local_only(cluster)
+        checkpoint.local_only(cluster)
         return checkpoint.restore(cluster, tag)
 
     def checkpoints(self, cluster: str) -> list[dict]:
@@ -355,19 +356,6 @@ class VagrantProvider(Provider):
         shutil.rmtree(ClusterDir(cluster).root / ".vagrant", ignore_errors=True)
         self._swept.pop(cluster, None)
         return host.name
-
-    def _purge_abandoned_now(self, cluster: str) -> list[str]:
-        import libvirt
-
-        done = []
-        for name in placement.abandoned(cluster):
-            try:
-                done += domains.purge_cluster_on(registry.get(name), cluster)
-            except (libvirt.libvirtError, LabError) as e:
-                log.warning("cluster %s: its VMs on lost host %s stay until that host answers and is cleaned "
-                            "(virsh -c URI list --all; `slurmlab host remove %s` refuses while they exist): %s",
-                            cluster, name, name, e)
-        return done
 
     SWEEP_EVERY_S = 30.0
 
@@ -405,15 +393,3 @@ class VagrantProvider(Provider):
             out.append(dest / f.name)
         return out
 
-
-def _local_only(cluster: str) -> None:
-    host = placement.host_of(cluster)
-    if not host.local:
-        raise CheckpointError(f"cluster {cluster} runs on host {host.name}: checkpoints are taken and restored on the "
-                              "local host only (they are files of this machine)")
-
-
-def credentials_dir(cluster: str) -> Path:
-    """Secrets qemu hands to the cluster's VMs (fw_cfg): a folder only the qemu user can read,
-    under the libvirt folder (qemu may not reach $SLURMLAB_HOME). Removed with the cluster."""
-    return paths.libvirt_dir() / "credentials" / cluster

@@ -98,3 +98,9 @@ def render(
         state_disk_serial=STATE_DISK_SERIAL,
         state_disk_size=state_disk_size,
     )
+
+
+def credentials_dir(cluster: str):
+    """Secrets qemu hands to the cluster's VMs (fw_cfg): a folder only the qemu user can read,
+    under the libvirt folder (qemu may not reach $SLURMLAB_HOME). Removed with the cluster."""
+    return paths.libvirt_dir() / "credentials" / cluster
