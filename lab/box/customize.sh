@@ -343,6 +343,9 @@ if [ -s "$D/seed" ]; then cat "$D/seed" > /dev/urandom; fi
 printf '%s\n' "$machine_id" > /etc/machine-id.slurmlab
 chmod 0444 /etc/machine-id.slurmlab
 mv -f /etc/machine-id.slurmlab /etc/machine-id
+# journald writes under /var/log/journal/<machine-id>, and journalctl reads the current id's folder
+# only: without a restart `journalctl -u X` finds nothing (the template's boot stays under its id)
+systemctl restart systemd-journald.service
 # 3. SSH host keys (the template's are replaced; sshd rereads them on reload)
 for t in ed25519 ecdsa; do
   [ -s "$D/ssh_host_${t}_key" ] && [ -s "$D/ssh_host_${t}_key.pub" ] || fail "the archive has no ssh_host_${t}_key"
