@@ -187,6 +187,9 @@ CASES = [
     ("gpus-controller", BASE + GPU + "Lab:\n  Gpus: {controller: 1}\n",
      [(16, "Lab.Gpus.controller", "'controller' is a Controller group; only Compute groups run jobs on GPUs")]),
     ("gpus-not-a-mapping", BASE + "Lab:\n  Gpus: 2\n", [(12, "Lab.Gpus", "expected a mapping")]),
+    # Lab.Start: warm (forked from a template) or cold (booted)
+    ("start-unknown", BASE + "Lab:\n  Start: Hot\n",
+     [(12, "Lab.Start", "'Hot' is not a way to start nodes", "use Warm (forked from a saved template, the default) or Cold")]),
     ("lab-all-at-once", BASE + "Lab:\n  Users: {Count: 0, Password: short}\n  Gpus: {compute: 1}\n",
      [(12, "Lab.Users.Count", "0 is not a user count"), (12, "Lab.Users.Password", "too short"),
       (13, "Lab.Gpus.compute", "has no GPUs")]),

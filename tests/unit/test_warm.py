@@ -1,0 +1,191 @@
+"""Warm start without a VM: the save image rewrite (lab/providers/savefile.py), a fork's domain XML
+and its identity archive (lab/providers/templates.py, fork.py), and when a node boots cold instead
+(lab/providers/warm.py). The real forks are in tests/e2e (every e2e cluster is built warm)."""
+
+from __future__ import annotations
+
+import io
+import struct
+import tarfile
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from lab.providers import savefile, templates
+from lab.providers.base import ClusterNet, MachineSpec, Start, start_of
+from lab.providers.domains import cluster_of
+from lab.providers.fork import Identity, identity_archive
+
+XML = "<domain type='qemu'><name>slurmlab-template-x</name><uuid>u</uuid></domain>"
+
+
+def image(xml: str = XML, room: int = 600, cookie: bytes = b"<cookie/>", magic: bytes = savefile.MAGIC,
+          version: int = 2, fmt: int = 0, stream: bytes = b"QEVM" + bytes(range(256)) * 40) -> bytes:
+    """A save image as libvirt writes it: header, XML padded to `room`, cookie, qemu's stream."""
+    data = xml.encode() + b"\0" * (room - len(xml)) + cookie + b"\0"
+    header = struct.pack("<16s5I14I", magic, version, len(data), 1, fmt, room, *([0] * 14))
+    return header + data + stream
+
+
+def test_header_is_read_as_libvirt_writes_it():
+    img = savefile.parse(image())
+    assert (img.version, img.format, img.was_running, img.cookie_offset) == (2, 0, 1, 600)
+    assert img.xml == XML and img.cookie == b"<cookie/>" and img.xml_room == 600
+    assert savefile.HEADER_SIZE == 92
+
+
+def test_new_xml_replaces_the_old_in_place():
+    head = image()[:92 + 610]
+    new = XML.replace("slurmlab-template-x", "demo-compute-12")
+    out = savefile.with_xml(head, new)
+    assert len(out) == len(head)  # the stream behind it does not move
+    got = savefile.parse(out)
+    assert got.xml == new and got.cookie == b"<cookie/>" and got.data_len == savefile.parse(head).data_len
+
+
+@pytest.mark.parametrize("kw,words", [
+    ({"magic": b"NotASaveImage..."}, "not a libvirt qemu save image"),
+    ({"magic": savefile.PARTIAL}, "incomplete"),
+    ({"version": 3}, "version 3: the lab rewrites version 2 only"),
+    ({"fmt": 5}, "compressed"),
+])
+def test_unknown_images_are_refused_with_the_reason(kw, words):
+    with pytest.raises(savefile.SaveFormatError, match=words):
+        savefile.parse(image(**kw))
+
+
+def test_xml_longer_than_the_room_is_refused():
+    with pytest.raises(savefile.SaveFormatError, match="does not fit"):
+        savefile.with_xml(image(), "<domain>" + "x" * 700 + "</domain>")
+
+
+def test_copy_keeps_the_stream_byte_for_byte(tmp_path):
+    src, dst = tmp_path / "t.save", tmp_path / "f.save"
+    raw = image(stream=bytes(range(256)) * 4096)
+    src.write_bytes(raw)
+    new = XML.replace("slurmlab-template-x", "n1")
+    assert savefile.copy_with_xml(src, dst, new) == len(raw)
+    out = dst.read_bytes()
+    assert len(out) == len(raw) and out[92 + 610:] == raw[92 + 610:]
+    assert savefile.read(dst).xml == new
+    assert not (tmp_path / "f.save.part").exists()
+
+
+def template_xml() -> str:
+    return templates.domain_xml(name="slurmlab-template-k", cpus=1, memory_mib=768, disk=Path("/t/disk.qcow2"),
+                                network=templates.NET_NAME, mac="52:54:00:fe:00:01", driver="qemu",
+                                description="slurmlab template k", pad=200)
+
+
+def test_fork_xml_is_the_nodes_own():
+    xml, uid = templates.fork_xml(template_xml(), cluster="demo", name="demo-compute-1", mac="52:54:00:12:34:56",
+                                  disk=Path("/pool/demo-compute-1.img"), network="slurmlab-demo")
+    root = ET.fromstring(xml)
+    assert root.findtext("name") == "demo-compute-1" and root.findtext("uuid") == uid
+    assert root.find("devices/interface/mac").get("address") == "52:54:00:12:34:56"
+    assert root.find("devices/interface/source").attrib == {"network": "slurmlab-demo"}
+    assert root.find("devices/disk/source").get("file") == "/pool/demo-compute-1.img"
+    assert templates.fork_of(xml) == "slurmlab-template-k" and templates.fork_of(template_xml()) is None
+    assert "pad" not in xml  # the template's padding is the fork's room, not part of it
+
+    class Dom:
+        def XMLDesc(self, flags):
+            return xml
+    assert cluster_of(Dom()) == "demo"  # the engine finds it among the cluster's domains
+    # the template's own parts stay: the guest agent's channel, the TCG cache cap
+    assert root.find("devices/channel/target").get("name") == "org.qemu.guest_agent.0"
+    assert root.find("features/tcg/tb-cache").text == "128"
+
+
+def test_two_forks_never_share_a_uuid():
+    a = templates.fork_xml(template_xml(), cluster="c", name="c-compute-1", mac="52:54:00:00:00:02",
+                           disk=Path("/p/a.img"), network="n")[1]
+    b = templates.fork_xml(template_xml(), cluster="c", name="c-compute-2", mac="52:54:00:00:00:03",
+                           disk=Path("/p/b.img"), network="n")[1]
+    assert a != b
+
+
+NET = ClusterNet("slurmlab-demo", "slbr7", "10.213.7.0/24", "10.213.7.1")
+
+
+def machines() -> list[MachineSpec]:
+    return [MachineSpec(f"demo-{g}-1", g, 1, 768, f"52:54:00:00:00:1{i}", f"10.213.7.1{i}", t)
+            for i, (g, t) in enumerate([("controller", "Controller"), ("compute", "Compute")])]
+
+
+def files(archive: bytes) -> dict[str, bytes]:
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers()}
+
+
+def archive_of(m: MachineSpec, ident: Identity) -> dict[str, bytes]:
+    return files(identity_archive(cluster="demo", machine=m, machines=machines(), net=NET,
+                                  public_key="ssh-ed25519 AAAA lab", munge_key=b"k" * 1024, ident=ident))
+
+
+def test_identity_archive_holds_what_fork_identity_reads():
+    m = machines()[1]
+    got = archive_of(m, Identity(host_keys={"ssh_host_ed25519_key": b"priv", "ssh_host_ed25519_key.pub": b"pub"}))
+    env = dict(line.split("=", 1) for line in got["fork.env"].decode().splitlines())
+    assert env["MAC"] == m.mac and env["ADDRESS"] == "10.213.7.11/24" and env["GATEWAY"] == "10.213.7.1"
+    assert len(env["MACHINE_ID"]) == 32 and int(env["MACHINE_ID"], 16) >= 0
+    assert got["slurmlab.munge_key"] == b"k" * 1024
+    assert b"name=demo-compute-1\nrole=Compute\ncluster=demo\ncontroller=demo-controller-1\n" == got["slurmlab.node"]
+    assert got["slurmlab.hosts"] == b"10.213.7.11 demo-compute-1\n10.213.7.10 demo-controller-1\n"
+    assert got["slurmlab.authorized_keys"] == b"ssh-ed25519 AAAA lab\n" and len(got["seed"]) == 64
+
+
+def test_two_forks_never_share_an_identity():
+    """MAC, address, hostname, machine-id, SSH host key and RNG seed differ between any two forks."""
+    from lab.providers.fork import host_keys
+
+    a, b = (archive_of(m, Identity(host_keys=host_keys(f"root@{m.name}"))) for m in machines())
+    for name in ("fork.env", "seed", "slurmlab.node", "ssh_host_ed25519_key", "ssh_host_ecdsa_key",
+                 "ssh_host_ed25519_key.pub"):
+        assert a[name] != b[name], name
+    ea, eb = (dict(x.split("=", 1) for x in f["fork.env"].decode().splitlines()) for f in (a, b))
+    for k in ("MAC", "ADDRESS", "MACHINE_ID"):
+        assert ea[k] != eb[k], k
+
+
+def test_start_comes_from_the_spec():
+    assert start_of({}) == Start.WARM and start_of({"Lab": {"Box": "b"}}) == Start.WARM
+    assert start_of({"Lab": {"Start": "Cold"}}) == Start.COLD
+
+
+def test_a_cold_spec_or_a_remote_host_boots_cold(monkeypatch):
+    from lab.providers import warm
+
+    class Host:
+        local, name = False, "far"
+    monkeypatch.setattr(warm.placement, "host_of", lambda c: Host())
+    w = warm.WarmStart()
+    m = machines()[1]
+    assert w.blocker("demo", MachineSpec(**{**m.__dict__, "start": Start.COLD}), "b") == "Lab.Start is Cold"
+    assert "templates live on this machine" in w.blocker("demo", m, "b")
+
+
+def test_a_box_without_warm_start_boots_cold(monkeypatch, tmp_path):
+    from lab.box import vagrant as boxvagrant
+    from lab.providers import warm
+
+    monkeypatch.setattr(boxvagrant, "box_dir", lambda name, version: tmp_path)
+    assert "not built by slurmlab" in warm.box_supports("x/y")
+    (tmp_path / "slurmlab.json").write_text('{"inputs_hash": "abc"}')
+    assert "built before warm start" in warm.box_supports("x/y")
+    (tmp_path / "slurmlab.json").write_text('{"inputs_hash": "abc", "features": ["warm-start"]}')
+    assert warm.box_supports("x/y") is None
+
+
+def test_a_failed_template_build_is_remembered(monkeypatch, tmp_path):
+    monkeypatch.setenv("SLURMLAB_LIBVIRT_DIR", str(tmp_path))
+    monkeypatch.setattr(templates, "key", lambda box, shape, driver: f"{shape}-k")
+    shape = templates.Shape(1, 768)
+    assert templates.failure("b", shape, "qemu") is None
+    templates.root().mkdir(parents=True)
+    (templates.root() / "1cpu-768mib-k.failed").write_text("building template: the agent did not answer\n")
+    assert "did not answer" in templates.failure("b", shape, "qemu")
+    with pytest.raises(templates.TemplateError, match="did not answer"):
+        templates.ensure("b", shape, "qemu")
+    assert templates.forget_failures() == ["1cpu-768mib-k"] and templates.failure("b", shape, "qemu") is None
