@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from typing import Optional
 
 import typer
@@ -88,16 +89,73 @@ def host_status(output: Output = OutputOpt) -> None:
 def box_build(
     name: Optional[str] = typer.Option(None, help="box name (default slurmlab/trixie-slurm)"),
     force: bool = typer.Option(False, help="rebuild even when the cached box is current"),
+    templates: bool = typer.Option(True, help="also boot and save the warm-start templates of the default shapes "
+                                              "(docs/adr/0011; one boot each, ~50 s under emulation)"),
     output: Output = OutputOpt,
 ) -> None:
-    """Build the Debian 13 + Slurm 24.11 box from Debian's mirror and add it to Vagrant (cached by inputs)."""
+    """Build the Debian 13 + Slurm 24.11 box from Debian's mirror and add it to Vagrant (cached by inputs),
+    then its warm-start templates."""
     from lab import box
 
     info = box.build(name or box.DEFAULT_BOX, force=force, progress=box_progress)
+    made = _templates_for(info.name, box_progress) if templates else []
     if output == Output.json:
-        print_json(vars(info))
+        print_json({**vars(info), "templates": made})
     else:
-        out.print(f"box {info.name} ready ({(info.size_bytes or 0) / 2**20:.0f} MiB, inputs {info.inputs_hash[:12]})")
+        out.print(f"box {info.name} ready ({(info.size_bytes or 0) / 2**20:.0f} MiB, inputs {info.inputs_hash[:12]})"
+                  + (f"; templates {', '.join(made)}" if made else ""))
+
+
+def _templates_for(box_name: str, progress) -> list[str]:
+    """The box's templates of the default shapes (built where missing); stale ones removed."""
+    from lab.host import kvm, libvirtd
+    from lab.providers import templates as tpl
+    from lab.providers.warm import box_supports
+
+    for k in tpl.prune_stale():
+        progress(f"removed template {k} (its box was rebuilt)")
+    if (why := box_supports(box_name)) is not None:
+        progress(f"no warm-start templates: {why}")
+        return []
+    libvirtd.up()
+    made = []
+    for shape in tpl.default_shapes():
+        t0 = time.monotonic()
+        try:
+            t = tpl.ensure(box_name, shape, kvm.detect().driver, progress=progress)
+        except tpl.TemplateError as e:
+            progress(f"template of {shape} not built (nodes of that shape boot cold): {e}")
+            continue
+        if time.monotonic() - t0 > 1:
+            progress(f"template {t.key} ready ({t.meta['timings']})")
+        made.append(t.key)
+    return made
+
+
+@box_app.command("templates")
+def box_templates(rebuild: bool = typer.Option(False, help="remove every template and forgotten failed builds: "
+                                                          "the next fork (or box build) makes them anew"),
+                  output: Output = OutputOpt) -> None:
+    """The warm-start templates: one booted, saved VM per box and shape, forked into new nodes (docs/adr/0011)."""
+    import shutil
+    import time
+
+    from lab.providers import templates as tpl
+
+    if rebuild:
+        for t in tpl.listing():
+            shutil.rmtree(tpl.root() / t["key"], ignore_errors=True)
+        tpl.forget_failures()
+    rows = tpl.listing()
+    if output == Output.json:
+        print_json(rows)
+        return
+    if not rows:
+        out.print("no templates; `slurmlab box build` makes them (or the first warm node of a shape)")
+    for t in rows:
+        age = (time.time() - t["created"]) / 3600
+        out.print(f"{t['key']}  box={t['box']}  {t['cpus']} vCPU {t['memory_mib']} MiB  {t['driver']}  "
+                  f"{t['size'] / 2**20:.0f} MiB  {age:.1f} h old  boot {t['timings'].get('booted', '?')} s")
 
 
 @box_app.command("list")

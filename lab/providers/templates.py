@@ -331,6 +331,27 @@ def prune(current: Callable[[dict], bool]) -> list[str]:
     return gone
 
 
+def prune_stale() -> list[str]:
+    """Remove the templates of boxes that were rebuilt or removed (their key is not current any more)."""
+    def current(meta: dict) -> bool:
+        try:
+            return meta["key"] == key(meta["box"], Shape(meta["cpus"], meta["memory_mib"]), meta["driver"])
+        except (TemplateError, KeyError):
+            return False
+    return prune(current)
+
+
+# The shapes `slurmlab box build` makes templates for: the instance types of examples/ and of the tests
+# (ml.t3.medium and ml.c5.large are both 1 vCPU, 768 MiB in the lab catalog).
+DEFAULT_TYPES = ("ml.t3.medium", "ml.c5.large")
+
+
+def default_shapes() -> list[Shape]:
+    from lab.spec import INSTANCE_TYPES
+
+    return sorted({Shape(INSTANCE_TYPES[t].vcpus, INSTANCE_TYPES[t].memory_mib) for t in DEFAULT_TYPES}, key=str)
+
+
 def fork_xml(template_xml: str, *, cluster: str, name: str, mac: str, disk: Path, network: str) -> tuple[str, str]:
     """A fork's domain XML from the template's saved one: its own name, UUID, MAC, disk and network, the
     cluster's description (lab.providers.domains.cluster_of), no padding. Returns (xml, uuid)."""
