@@ -14,8 +14,8 @@ setup:            ## Debian packages + virtualenv (idempotent)
 host: setup       ## namespace + virtlogd + libvirtd + storage pool (idempotent)
 	$(SL) host up
 
-box: host         ## the Debian 13 + Slurm 24.11 box (cached by its inputs)
-	$(SL) box build
+box: host         ## the Debian 13 + Slurm 24.11 box (cached by its inputs) and its warm-start templates
+	$(SL) box build $(BOX_FOR)
 
 up: box           ## the main job: build the example cluster, run a job, show how to get in
 	$(SL) up $(SPEC)
@@ -33,9 +33,11 @@ golden: setup     ## regenerate tests/unit/data/*.golden (tests only compare); r
 unit: lint        ## fast tests, no VMs
 	$(PYTEST) -q tests/unit
 
+e2e: BOX_FOR = --for examples/workshop.yaml
 e2e: box          ## real VMs only
 	$(PYTEST) -v -m e2e tests
 
+test: BOX_FOR = --for examples/workshop.yaml  # the e2e cluster's shapes: their templates before the tests
 test: box lint    ## every test: lint + unit + real VMs
 	mkdir -p artifacts
 	$(PYTEST) -v --junitxml=artifacts/junit.xml tests

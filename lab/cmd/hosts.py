@@ -91,6 +91,8 @@ def box_build(
     force: bool = typer.Option(False, help="rebuild even when the cached box is current"),
     templates: bool = typer.Option(True, help="also boot and save the warm-start templates of the default shapes "
                                               "(docs/adr/0011; one boot each, ~50 s under emulation)"),
+    for_spec: Optional[list[str]] = typer.Option(None, "--for", metavar="SPEC",
+                                                 help="also the templates of this cluster spec's instance types"),
     output: Output = OutputOpt,
 ) -> None:
     """Build the Debian 13 + Slurm 24.11 box from Debian's mirror and add it to Vagrant (cached by inputs),
@@ -98,7 +100,7 @@ def box_build(
     from lab import box
 
     info = box.build(name or box.DEFAULT_BOX, force=force, progress=box_progress)
-    made = _templates_for(info.name, box_progress) if templates else []
+    made = _templates_for(info.name, box_progress, for_spec or []) if templates else []
     if output == Output.json:
         print_json({**vars(info), "templates": made})
     else:
@@ -106,11 +108,19 @@ def box_build(
                   + (f"; templates {', '.join(made)}" if made else ""))
 
 
-def _templates_for(box_name: str, progress) -> list[str]:
-    """The box's templates of the default shapes (built where missing); stale ones removed."""
+def _templates_for(box_name: str, progress, specs: list[str]) -> list[str]:
+    """The box's templates of the default shapes and of `specs`' groups (built where missing); stale
+    ones removed."""
     from lab.host import kvm, libvirtd
     from lab.providers import templates as tpl
     from lab.providers.warm import box_supports
+    from lab.spec import load_spec
+    from lab.spec.catalog import load_catalog
+
+    shapes, catalog = set(tpl.default_shapes()), load_catalog()
+    for path in specs:
+        sizes = [catalog.size(g.instance_type) for g in load_spec(path).InstanceGroups]
+        shapes |= {tpl.Shape(z.vcpus, z.memory_mib) for z in sizes}
 
     for k in tpl.prune_stale():
         progress(f"removed template {k} (its box was rebuilt)")
@@ -119,7 +129,7 @@ def _templates_for(box_name: str, progress) -> list[str]:
         return []
     libvirtd.up()
     made = []
-    for shape in tpl.default_shapes():
+    for shape in sorted(shapes, key=str):
         t0 = time.monotonic()
         try:
             t = tpl.ensure(box_name, shape, kvm.detect().driver, progress=progress)

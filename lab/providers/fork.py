@@ -23,6 +23,7 @@ import tarfile
 import tempfile
 import time
 import uuid
+import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,18 +68,19 @@ def identity_archive(*, cluster: str, machine: MachineSpec, machines: Sequence[M
                      public_key: str, munge_key: bytes | None, ident: Identity) -> bytes:
     """The tar archive fork-identity reads on stdin (pure: tested without a VM)."""
     prefix = ipaddress.ip_network(net.cidr).prefixlen
-    controller = next((m.name for m in machines if m.node_type == "Controller"), machine.name)
+    controller = next((m.name for m in machines if m.node_type == "Controller"), None)
     files: dict[str, bytes] = {
         "fork.env": (f"MAC={machine.mac.lower()}\nADDRESS={machine.address}/{prefix}\nGATEWAY={net.gateway}\n"
                      f"MACHINE_ID={ident.machine_id}\n").encode(),
         "seed": ident.seed,
         "slurmlab.authorized_keys": (public_key.strip() + "\n").encode(),
-        "slurmlab.node": node_credential(cluster, machine, controller).encode(),
-        "slurmlab.hosts": hosts_credential(machines).encode(),
         **ident.host_keys,
     }
-    if munge_key is not None:
-        files["slurmlab.munge_key"] = munge_key
+    if machine.node_type and controller:  # a Slurm node (the cold path's qemu_args give the same credentials)
+        files["slurmlab.node"] = node_credential(cluster, machine, controller).encode()
+        files["slurmlab.hosts"] = hosts_credential(machines).encode()
+        if munge_key is not None:
+            files["slurmlab.munge_key"] = munge_key
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
         for name, data in sorted(files.items()):
@@ -111,7 +113,7 @@ def fork(conn, *, pool_dir: Path, template: templates.Template, cluster: str, ma
             raise ForkError(f"qemu-img create {overlay} failed: {r.stderr.strip()[-300:]}")
         t["overlay"] = time.monotonic() - t0
         saved = savefile.read(template.memory)
-        xml, _ = templates.fork_xml(saved.xml, cluster=cluster, name=machine.name, mac=machine.mac, disk=overlay,
+        xml, _ = fork_xml(saved.xml, cluster=cluster, name=machine.name, mac=machine.mac, disk=overlay,
                                     network=net.name)
         forks_dir().mkdir(parents=True, exist_ok=True)
         savefile.copy_with_xml(template.memory, image, xml)
@@ -163,3 +165,47 @@ def _undo(conn, name: str, overlay: Path) -> None:
     except libvirt.libvirtError:
         pass
     overlay.unlink(missing_ok=True)
+
+
+def fork_xml(template_xml: str, *, cluster: str, name: str, mac: str, disk: Path, network: str) -> tuple[str, str]:
+    """A fork's domain XML from the template's saved one: its own name, UUID, MAC, disk and network, the
+    cluster's description (lab.providers.domains.cluster_of), no padding. Returns (xml, uuid)."""
+    root_el = ET.fromstring(template_xml)
+    new_uuid = str(uuid.uuid4())
+    root_el.find("name").text = name
+    root_el.find("uuid").text = new_uuid
+    desc = root_el.find("description")
+    desc.text = f"slurmlab cluster={cluster}"
+    md = root_el.find("metadata")
+    if md is not None:
+        root_el.remove(md)
+    md = ET.SubElement(root_el, "metadata")
+    ET.SubElement(md, f"{{{templates.PAD_NS}}}fork", {"template": template_name(template_xml)})
+    disks = [d for d in root_el.findall("devices/disk") if d.get("device", "disk") == "disk"]
+    if len(disks) != 1 or disks[0].find("source") is None:
+        raise ForkError("the template's XML does not have exactly one disk")
+    disks[0].find("source").set("file", str(disk))
+    for bs in disks[0].findall("backingStore"):
+        disks[0].remove(bs)
+    ifaces = root_el.findall("devices/interface")
+    if len(ifaces) != 1:
+        raise ForkError("the template's XML does not have exactly one network interface")
+    ifaces[0].find("mac").set("address", mac)
+    src = ifaces[0].find("source")
+    for k in list(src.attrib):
+        del src.attrib[k]
+    src.set("network", network)
+    for el in ("target", "alias"):
+        for e in ifaces[0].findall(el):
+            ifaces[0].remove(e)
+    return ET.tostring(root_el, encoding="unicode"), new_uuid
+
+
+def template_name(xml: str) -> str:
+    return ET.fromstring(xml).findtext("name") or ""
+
+
+def fork_of(dom_xml: str) -> str | None:
+    """The template a domain was forked from (its metadata), or None for a cold-booted VM."""
+    el = ET.fromstring(dom_xml).find(f"metadata/{{{templates.PAD_NS}}}fork")
+    return el.get("template") if el is not None else None

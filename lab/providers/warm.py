@@ -128,7 +128,7 @@ class WarmStart:
 
         conn = placement.host_of(cluster).connect()
         try:
-            return templates.fork_of(conn.lookupByName(name).XMLDesc(0)) is not None
+            return fork.fork_of(conn.lookupByName(name).XMLDesc(0)) is not None
         except libvirt.libvirtError:
             return False
         finally:

@@ -184,6 +184,36 @@ def test_both_compute_nodes_idle_and_srun_covers_them():
     assert "host=" in on("login", "cat /etc/slurmlab-lifecycle-ran")
 
 
+def test_every_node_was_forked_and_has_its_own_identity():
+    """Issue 25: the e2e cluster is built warm (a node that fell back to a cold boot would pass every
+    other test, so the events must say each VM was forked), no two forks share a hostname, MAC,
+    address, machine-id or SSH host key, each has the cluster's name resolution, and each clock is
+    the host's (the template's saved clock is minutes to days old)."""
+    events = json.loads(sl("list-cluster-events", NAME, "--output", "json").stdout)["Events"]
+    up = {e["Description"].split(":")[0]: e["Description"] for e in events if ": VM up" in e["Description"]}
+    current = nodes()
+    assert set(up) >= set(current), f"no 'VM up' event for {set(current) - set(up)}"
+    cold = {n: d for n, d in up.items() if n in current and "forked from template" not in d}
+    assert not cold, f"booted cold instead of forked: {cold}"
+    assert not [e for e in events if "booted cold" in e["Description"]]
+    seen: dict[str, dict[str, str]] = {}
+    for name, n in current.items():
+        before = time.time()
+        out = on(name, "hostname; cat /etc/machine-id; cat /sys/class/net/eth0/address; "
+                       "ip -4 -o addr show eth0 | awk '{print $4}'; "
+                       "sudo ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub | awk '{print $2}'; "
+                       "date +%s.%N; getent hosts " + f"{NAME}-controller-1 | awk '{{print $1}}'").split()
+        after = time.time()
+        host, mid, mac, addr, key, clock, ctl = out
+        assert host == name and addr.split("/")[0] == n["PrivatePrimaryIp"], (name, out)
+        assert before - 1 <= float(clock) <= after + 1, f"{name}'s clock is {float(clock) - after:+.1f} s off the host's"
+        assert ctl == current[f"{NAME}-controller-1"]["PrivatePrimaryIp"]
+        seen[name] = {"machine-id": mid, "mac": mac, "address": addr, "host key": key}
+    for field in ("machine-id", "mac", "address", "host key"):
+        values = [v[field] for v in seen.values()]
+        assert len(set(values)) == len(values), f"two forks share a {field}: {seen}"
+
+
 def test_student_job_output_on_the_login_node():
     """The first exercise of every Slurm workshop: sbatch from the login node, read slurm-N.out there."""
     job = student("sbatch --parsable -p dev --wrap 'hostname; id -un'").strip()

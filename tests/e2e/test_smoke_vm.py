@@ -13,7 +13,7 @@ import pytest
 from lab import box
 from lab.host import libvirtd
 from lab.providers import network
-from lab.providers.base import MachineSpec, mac_for
+from lab.providers.base import MachineSpec, Start, mac_for
 from lab.providers.reach import ssh_exe
 from lab.providers.vagrant import VagrantProvider
 from lab.workspace import ClusterDir
@@ -42,7 +42,8 @@ def test_one_vm_boots_answers_ssh_and_leaves_nothing(lab_home):
     try:
         net = prov.network(cluster)
         name = f"{cluster}-node-1"
-        m = MachineSpec(name, "node", 1, 768, mac_for(cluster, name), network.address_for(net, 0))
+        # the cold path (Vagrant boots the VM); the e2e cluster's nodes are forked (warm start)
+        m = MachineSpec(name, "node", 1, 768, mac_for(cluster, name), network.address_for(net, 0), start=Start.COLD)
         prov.prepare(cluster, [m])
         obs = prov.ensure(cluster, m)
         assert obs.state == "running"

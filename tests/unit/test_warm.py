@@ -15,7 +15,7 @@ import pytest
 from lab.providers import savefile, templates
 from lab.providers.base import ClusterNet, MachineSpec, Start, start_of
 from lab.providers.domains import cluster_of
-from lab.providers.fork import Identity, identity_archive
+from lab.providers.fork import Identity, fork_of, fork_xml, identity_archive
 
 XML = "<domain type='qemu'><name>slurmlab-template-x</name><uuid>u</uuid></domain>"
 
@@ -79,14 +79,14 @@ def template_xml() -> str:
 
 
 def test_fork_xml_is_the_nodes_own():
-    xml, uid = templates.fork_xml(template_xml(), cluster="demo", name="demo-compute-1", mac="52:54:00:12:34:56",
+    xml, uid = fork_xml(template_xml(), cluster="demo", name="demo-compute-1", mac="52:54:00:12:34:56",
                                   disk=Path("/pool/demo-compute-1.img"), network="slurmlab-demo")
     root = ET.fromstring(xml)
     assert root.findtext("name") == "demo-compute-1" and root.findtext("uuid") == uid
     assert root.find("devices/interface/mac").get("address") == "52:54:00:12:34:56"
     assert root.find("devices/interface/source").attrib == {"network": "slurmlab-demo"}
     assert root.find("devices/disk/source").get("file") == "/pool/demo-compute-1.img"
-    assert templates.fork_of(xml) == "slurmlab-template-k" and templates.fork_of(template_xml()) is None
+    assert fork_of(xml) == "slurmlab-template-k" and fork_of(template_xml()) is None
     assert "pad" not in xml  # the template's padding is the fork's room, not part of it
 
     class Dom:
@@ -99,9 +99,9 @@ def test_fork_xml_is_the_nodes_own():
 
 
 def test_two_forks_never_share_a_uuid():
-    a = templates.fork_xml(template_xml(), cluster="c", name="c-compute-1", mac="52:54:00:00:00:02",
+    a = fork_xml(template_xml(), cluster="c", name="c-compute-1", mac="52:54:00:00:00:02",
                            disk=Path("/p/a.img"), network="n")[1]
-    b = templates.fork_xml(template_xml(), cluster="c", name="c-compute-2", mac="52:54:00:00:00:03",
+    b = fork_xml(template_xml(), cluster="c", name="c-compute-2", mac="52:54:00:00:00:03",
                            disk=Path("/p/b.img"), network="n")[1]
     assert a != b
 
@@ -189,3 +189,12 @@ def test_a_failed_template_build_is_remembered(monkeypatch, tmp_path):
     with pytest.raises(templates.TemplateError, match="did not answer"):
         templates.ensure("b", shape, "qemu")
     assert templates.forget_failures() == ["1cpu-768mib-k"] and templates.failure("b", shape, "qemu") is None
+
+
+def test_a_bare_vm_gets_no_slurm_identity():
+    """A VM without a node type (the smoke test's) gets keys and an address only, like a cold one."""
+    bare = MachineSpec("c-node-1", "node", 1, 768, "52:54:00:00:00:99", "10.213.7.20")
+    got = files(identity_archive(cluster="c", machine=bare, machines=[bare], net=NET, public_key="k",
+                                 munge_key=b"m", ident=Identity()))
+    assert "fork.env" in got and "slurmlab.authorized_keys" in got
+    assert not {"slurmlab.node", "slurmlab.hosts", "slurmlab.munge_key"} & set(got)
