@@ -12,7 +12,7 @@ kept-alive connection. Per operation, p50 / p99 / max in milliseconds:
 
 Output: JSON on stdout and bench/results/api_latency-<time>.json.
 
-    .venv/bin/python bench/api_latency.py [--nodes 1000] [--requests 300]
+    .venv/bin/python bench/api_latency.py [--nodes 1000] [--requests 300] [--results DIR]
 """
 
 from __future__ import annotations
@@ -82,11 +82,22 @@ def stats(samples: list[float]) -> dict:
             "mean_ms": round(statistics.fmean(s) * 1000, 2)}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--nodes", type=int, default=1000)
-    ap.add_argument("--requests", type=int, default=300)
-    args = ap.parse_args()
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--nodes", type=int, default=1000, help="nodes of the cluster (controller, login, the rest compute)")
+    ap.add_argument("--requests", type=int, default=300, help="timed requests per operation")
+    ap.add_argument("--results", type=Path, default=REPO / "bench" / "results", metavar="DIR",
+                    help="where the JSON goes (default bench/results)")
+    args = ap.parse_args(argv)
+    if args.nodes < 3:
+        ap.error("--nodes is at least 3 (controller, login, one compute node)")
+    if args.requests < 2:
+        ap.error("--requests is at least 2 (percentiles need two samples)")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
 
     home = tempfile.mkdtemp(prefix="slurmlab-bench-api-")
     os.environ["SLURMLAB_HOME"] = home
@@ -108,7 +119,7 @@ def main() -> None:
 
     c = boto3.client("sagemaker", endpoint_url=url, region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x",
                      config=botocore.config.Config(retries={"max_attempts": 1}))
-    assert len(c.list_cluster_nodes(ClusterName="bench", MaxResults=100)["ClusterNodeSummaries"]) == 100
+    assert len(c.list_cluster_nodes(ClusterName="bench", MaxResults=100)["ClusterNodeSummaries"]) == min(100, args.nodes)
 
     def timed(fn, n):
         for _ in range(min(20, n)):  # warm-up
@@ -166,7 +177,7 @@ def main() -> None:
     }
     text = json.dumps(out, indent=2)
     print(text)
-    res = REPO / "bench" / "results"
+    res = args.results
     res.mkdir(parents=True, exist_ok=True)
     (res / f"api_latency-{time.strftime('%Y%m%d-%H%M%S')}.json").write_text(text + "\n")
 

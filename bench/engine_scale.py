@@ -22,11 +22,12 @@ Time is virtual: boots (1 s), configures (0.5 s), joins (0.3 s) and backoffs (10
 wall time, so CPU time is the engine's work alone. Output: JSON on stdout and
 bench/results/engine_scale-<time>.json. About 10-40 s on 2 shared cores.
 
-    .venv/bin/python bench/engine_scale.py [N ...]
+    .venv/bin/python bench/engine_scale.py [N ...] [--results DIR]
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import sys
@@ -160,20 +161,38 @@ async def run(n: int, workdir: Path) -> dict:
     }
 
 
-def main() -> None:
-    sizes = [int(a) for a in sys.argv[1:]] or [100, 300, 1000]
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("sizes", nargs="*", type=int, metavar="N", help="cluster sizes (default 100 300 1000)")
+    ap.add_argument("--results", type=Path, default=REPO / "bench" / "results", metavar="DIR",
+                    help="where the JSON goes (default bench/results)")
+    args = ap.parse_args(argv)
+    if any(n < GROUPS for n in args.sizes):
+        ap.error(f"N is at least {GROUPS} (one node per instance group)")
+    args.sizes = args.sizes or [100, 300, 1000]
+    return args
+
+
+def summarize(out: list[dict]) -> dict:
+    """The runs with their CPU and size relative to the smallest (the first) run."""
+    base = out[0]
+    for r in out:
+        r["cpu_ratio_vs_smallest"] = round(r["cpu_s"] / base["cpu_s"], 2) if base["cpu_s"] else None
+        r["size_ratio_vs_smallest"] = round(r["nodes"] / base["nodes"], 2)
+    return {"benchmark": "engine_scale", "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "failure_rate": FAILURE_RATE, "seed": SEED, "runs": out}
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    sizes = args.sizes
     out = []
     with tempfile.TemporaryDirectory(prefix="slurmlab-bench-") as d:
         for n in sizes:
             out.append(asyncio.run(run(n, Path(d))))
             print(json.dumps(out[-1]), file=sys.stderr)
-    base = out[0]
-    for r in out:
-        r["cpu_ratio_vs_smallest"] = round(r["cpu_s"] / base["cpu_s"], 2) if base["cpu_s"] else None
-        r["size_ratio_vs_smallest"] = round(r["nodes"] / base["nodes"], 2)
-    result = {"benchmark": "engine_scale", "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-              "failure_rate": FAILURE_RATE, "seed": SEED, "runs": out}
-    dest = REPO / "bench" / "results"
+    result = summarize(out)
+    dest = args.results
     dest.mkdir(parents=True, exist_ok=True)
     (dest / f"engine_scale-{time.strftime('%Y%m%d-%H%M%S')}.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

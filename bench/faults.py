@@ -327,17 +327,24 @@ time.sleep(300)  # bounded even if nobody ends it
 """
 
 
+def hog_size(available_mib: int, vm_mib: int) -> int:
+    """MiB the hog takes so that the host keeps 300 MiB less than the next VM and the host's reserve
+    (lab.host.registry.HOST_RESERVE_MIB) need: the launch is refused, the guests are not starved."""
+    from lab.host.registry import HOST_RESERVE_MIB
+
+    return available_mib - (vm_mib + HOST_RESERVE_MIB) + 300
+
+
 def host_memory_too_small(lab: Lab, rng: random.Random) -> dict:
     """A process takes the host's memory down to less than the next VM needs plus the host's reserve
     (the host keeps about 1.4 GiB: the guests are not starved); the scale-out must be refused with
     InsufficientCapacity, not crash, and go ahead by itself once the memory is back."""
     from lab.engine import daemon
     from lab.osutil import meminfo_mib
-    from lab.providers.vagrant import VagrantProvider
 
     engine = daemon.running_pid()
     size = next(g.memory_mib for g in lab.st.groups(NAME) if g.name == "compute")
-    hog_mib = meminfo_mib() - (size + VagrantProvider.HOST_RESERVE_MIB) + 300
+    hog_mib = hog_size(meminfo_mib(), size)
     hog = subprocess.Popen([sys.executable, "-c", HOG, str(hog_mib)], stdout=subprocess.PIPE, text=True)
     try:
         assert hog.stdout.readline().strip() == "ready", "the memory hog did not start"
@@ -563,14 +570,23 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seed", type=int, default=15)
     ap.add_argument("--only", default="", help="comma-separated scenario names (the create always runs)")
     ap.add_argument("--pool-mib", type=int, default=4096,
                     help="the run's own storage pool: a loop-mounted ext4 image of this size (0: the lab's pool, "
                          "and no pool_disk_full)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    names = {fn.__name__ for fn in SCENARIOS}
+    unknown = sorted({s for s in args.only.split(",") if s} - names)
+    if unknown:
+        ap.error(f"unknown scenario(s) {', '.join(unknown)}: the scenarios are {', '.join(sorted(names))}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
 
     def interrupt(signum, frame):
         raise KeyboardInterrupt(signal.Signals(signum).name)

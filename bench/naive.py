@@ -103,6 +103,18 @@ def _watch_domains(names: set[str], stop: threading.Event, defined: dict[str, fl
 
 
 # ------------------------------------------------------------------------------------ the cluster
+def memory_warning(vm_mib: list[int], free_mib: int) -> str | None:
+    """A warning when the VMs and the host's reserve (lab.host.registry.HOST_RESERVE_MIB) do not fit
+    in `free_mib` (MemAvailable); the run goes on, as the engine's per-VM check would."""
+    from lab.host.registry import HOST_RESERVE_MIB
+
+    need = sum(vm_mib) + HOST_RESERVE_MIB
+    if free_mib >= need:
+        return None
+    return (f"warning: {free_mib} MiB free, the VMs take {sum(vm_mib)} MiB (+{HOST_RESERVE_MIB} kept for the host); "
+            "going on, as the engine's per-VM check would")
+
+
 def _records(spec, prov, t0: float):
     """The cluster, its groups and its nodes as the engine would record them (in memory only)."""
     from lab.engine import clusters
@@ -176,7 +188,7 @@ def teardown(prov, name: str, names: list[str], up_done: threading.Event | None,
     after a join() that Ctrl-C interrupted)."""
     from lab.host import libvirtd
     from lab.providers import network
-    from lab.providers.vagrant import _purge_domain
+    from lab.providers.domains import purge as _purge_domain
 
     say("teardown: end vagrant, destroy the VMs, remove volumes, network and folder")
     for _ in range(2):
@@ -259,11 +271,9 @@ def run(spec_path: Path) -> dict:
         for m in machines:  # static DHCP entries, as VagrantProvider.ensure adds them one by one
             network.add_host(name, m.mac, m.name, m.address)
         ssh_exe()  # the netns wrapper in $SLURMLAB_HOME/bin, written once before the probe threads run it
-        need = sum(m.memory_mib for m in machines) + prov.HOST_RESERVE_MIB
-        free = meminfo_mib()
-        if free < need:
-            say(f"warning: {free} MiB free, the VMs take {need - prov.HOST_RESERVE_MIB} MiB "
-                f"(+{prov.HOST_RESERVE_MIB} kept for the host); going on, as the engine's per-VM check would")
+        short = memory_warning([m.memory_mib for m in machines], meminfo_mib())
+        if short:
+            say(short)
         say(f"{len(names)} nodes, Vagrantfile, network and keys ready in {ClusterDir(name).root}")
 
         # ---- 1. every VM in one `vagrant up`

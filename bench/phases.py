@@ -12,6 +12,10 @@ Continuous (the engine; from its store):
              "compute configured, waiting to join Slurm" event (compute)
   join       that event -> joined_at: the batch join (slurm.conf, one reconfigure, slurmd up)
 
+How each VM came up (warm start, docs/adr/0011): the engine's "<node>: VM up" event, with
+"(forked from template <key> in N s)" for a fork; "<node>: booted cold: <why>" (a Warning) when a
+warm node fell back to a cold boot.
+
 Naive (bench/naive.py; from the clock, libvirt and Ansible's events):
   launch     start -> the node's libvirt domain is defined
   boot       domain defined -> the VM answers ssh
@@ -22,6 +26,7 @@ Naive (bench/naive.py; from the clock, libvirt and Ansible's events):
 from __future__ import annotations
 
 import datetime as dt
+import re
 import statistics
 
 PHASES = ("launch", "boot", "configure", "join")
@@ -30,6 +35,8 @@ PHASES = ("launch", "boot", "configure", "join")
 JOINED = "joined Slurm with one reconfigure"
 LEFT = "drained and removed from slurm.conf"
 READY_SUFFIXES = (" ready", " configured, waiting to join Slurm")
+VM_UP = re.compile(r"^(?P<node>\S+): VM up(?: \(forked from template (?P<template>\S+) in (?P<seconds>[0-9.]+) s\))?$")
+BOOTED_COLD = ": booted cold: "
 
 # What bench/naive.py reads in Ansible's events (names in playbooks/ and roles/)
 JOIN_WAIT_TASK = "Wait for the controller to report the node usable"
@@ -99,6 +106,69 @@ def reconfigures(events) -> int:
     return sum(1 for e in events if JOINED in e.description or LEFT in e.description)
 
 
+def vm_starts(events) -> dict[str, dict]:
+    """Per node, how its VM came up: {"start": "Warm", "template": key, "fork_s": N, "at": t} for a fork,
+    {"start": "Cold", "at": t} for a boot (`at`: when it answered ssh). A node launched twice keeps its last."""
+    out: dict[str, dict] = {}
+    for e in events:
+        m = VM_UP.match(e.description)
+        if not m or (e.node and e.node != m["node"]):
+            continue
+        d: dict = {"start": "Warm" if m["template"] else "Cold", "at": e.time}
+        if m["template"]:
+            d.update(template=m["template"], fork_s=float(m["seconds"]))
+        out[m["node"]] = d
+    return out
+
+
+def cold_fallbacks(events) -> dict[str, str]:
+    """Nodes meant to be forked that booted cold, with the engine's reason (its last one per node)."""
+    return {e.node: e.description.split(BOOTED_COLD, 1)[1] for e in events
+            if e.node and e.description.startswith(f"{e.node}{BOOTED_COLD}")}
+
+
+def _median(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return round(statistics.median(values), 1) if values else None
+
+
+def scale_out_summary(nodes, requested_at: float, events) -> dict:
+    """A batch of nodes added together at `requested_at` (BatchAddClusterNodes), from their NodeRows
+    and the cluster's events. Per node: boot_to_ssh_s (launched_at -> booted_at), join_latency_s
+    (booted_at -> joined_at), request_to_running_s (requested_at -> joined_at), request_to_ssh_s
+    (requested_at -> its "VM up" event), start (Warm/Cold) and fork_s. For the batch: the medians of
+    those, fork_request_to_ssh_s (the median over the forked nodes only), all_running_s (the request ->
+    the last node Running; None until every node is), joins (join batches since the request)."""
+    starts = vm_starts(events)
+    per: dict[str, dict] = {}
+    for n in sorted(nodes, key=lambda x: x.name):
+        d: dict = {}
+        if n.launched_at and n.booted_at:
+            d["boot_to_ssh_s"] = round(n.booted_at - n.launched_at, 1)
+        if n.booted_at and n.joined_at:
+            d["join_latency_s"] = round(n.joined_at - n.booted_at, 1)
+        if n.joined_at:
+            d["request_to_running_s"] = round(n.joined_at - requested_at, 1)
+        s = starts.get(n.name)
+        if s:
+            d["start"] = s["start"]
+            d["request_to_ssh_s"] = round(s["at"] - requested_at, 1)
+            if "fork_s" in s:
+                d["fork_s"] = s["fork_s"]
+        per[n.name] = d
+    out: dict = {"nodes": per, "count": len(per)}
+    if len(per) == 1:
+        out["node"] = next(iter(per))
+    for k in ("boot_to_ssh_s", "join_latency_s", "request_to_running_s", "request_to_ssh_s"):
+        out[k] = _median(d.get(k) for d in per.values())
+    out["forked"] = sum(1 for d in per.values() if d.get("start") == "Warm")
+    out["fork_request_to_ssh_s"] = _median(d.get("request_to_ssh_s") for d in per.values() if d.get("start") == "Warm")
+    running = [n.joined_at for n in nodes if n.phase == "running" and n.joined_at]
+    out["all_running_s"] = round(max(running) - requested_at, 1) if nodes and len(running) == len(nodes) else None
+    out["joins"] = sum(1 for e in events if JOINED in e.description and e.time >= requested_at)
+    return out
+
+
 # ------------------------------------------------------------------------------------ naive
 def ansible_event(ev: dict, received: float) -> dict:
     """The little bench/naive.py keeps of one ansible-runner event."""
@@ -161,21 +231,65 @@ def _ratio(a, b) -> float | None:
     return round(a / b, 2) if a is not None and b else None
 
 
-def ratios(continuous: dict, naive: dict | None) -> dict:
-    """The closing note's numbers. One VM's boot-to-ssh is the controller's in the continuous run
-    (it boots alone there); a cluster without one takes the fastest boot."""
-    out: dict = {}
-    if naive and "time_to_first_job_s" in naive:
-        out["time_to_first_job_continuous_over_naive"] = _ratio(continuous.get("time_to_first_job_s"),
-                                                                naive.get("time_to_first_job_s"))
-        out["time_to_full_size_continuous_over_naive"] = _ratio(continuous.get("time_to_full_size_s"),
-                                                                naive.get("time_to_full_size_s"))
+WAYS = ("warm", "cold", "naive")  # bench/cluster_timeline.py's ways; warm and cold are the engine's
+
+
+def measured(way: dict | None) -> bool:
+    return isinstance(way, dict) and way.get("time_to_first_job_s") is not None
+
+
+def cold_boot_to_ssh(cold: dict | None) -> float | None:
+    """A cold VM's boot-to-ssh in this run: the mean over the cold way's compute nodes of the create."""
+    if not isinstance(cold, dict):
+        return None
+    types = cold.get("node_types") or {}
+    boots = [v for k, v in (cold.get("boot_to_ssh_s") or {}).items() if types.get(k) == "Compute"]
+    return round(statistics.mean(boots), 1) if boots else None
+
+
+def join_ratios(continuous: dict) -> dict:
+    """One engine way's own ratios: the create's mean join latency (answers ssh -> Running) over its
+    controller's boot-to-ssh, and the scale-out's join latency over its boot-to-ssh (medians of the
+    batch; the create's ratio when there was no scale-out)."""
     joins = list((continuous.get("join_latency_s") or {}).values())
     one = continuous.get("one_vm_boot_to_ssh_s")
-    out["create_join_latency_over_boot_to_ssh"] = _ratio(statistics.mean(joins), one) if joins else None
+    create = _ratio(statistics.mean(joins), one) if joins else None
     so = continuous.get("scale_out") or {}
-    out["join_latency_over_boot_to_ssh"] = (_ratio(so["join_latency_s"], so["boot_to_ssh_s"])
-                                            if "join_latency_s" in so else out["create_join_latency_over_boot_to_ssh"])
+    scale = _ratio(so.get("join_latency_s"), so.get("boot_to_ssh_s")) if so.get("join_latency_s") is not None else create
+    return {"create_join_latency_over_boot_to_ssh": create, "join_latency_over_boot_to_ssh": scale}
+
+
+def ratios(result: dict) -> dict:
+    """The closing note's numbers, from a result with the ways "warm", "cold", "naive" (each a dict, an
+    {"error": ...} or None). Left out when a side is missing:
+      time_to_{first_job,full_size}_{warm_over_naive,cold_over_naive,warm_over_cold}
+      cold_boot_to_ssh_s          a cold VM's boot-to-ssh (cold_boot_to_ssh)
+      warm_scale_out_request_to_running_over_cold_boot_to_ssh
+                                  the warm scale-out's request -> Running in Slurm (median) over it
+      warm_fork_request_to_ssh_over_cold_boot_to_ssh
+                                  a fork's request -> answers ssh (median of the warm scale-out's forks) over it
+      scale_out_all_running_warm_over_cold
+      warm_* / cold_*             join_ratios() of each engine way"""
+    ways = {k: result.get(k) if measured(result.get(k)) else None for k in WAYS}
+    out: dict = {}
+    for a, b in (("warm", "naive"), ("cold", "naive"), ("warm", "cold")):
+        if ways[a] and ways[b]:
+            for m in ("time_to_first_job", "time_to_full_size"):
+                out[f"{m}_{a}_over_{b}"] = _ratio(ways[a].get(f"{m}_s"), ways[b].get(f"{m}_s"))
+    boot = cold_boot_to_ssh(ways["cold"])
+    if boot is not None:
+        out["cold_boot_to_ssh_s"] = boot
+    warm_so = (ways["warm"] or {}).get("scale_out") or {}
+    cold_so = (ways["cold"] or {}).get("scale_out") or {}
+    if boot and warm_so.get("request_to_running_s") is not None:
+        out["warm_scale_out_request_to_running_over_cold_boot_to_ssh"] = _ratio(warm_so["request_to_running_s"], boot)
+    if boot and warm_so.get("fork_request_to_ssh_s") is not None:
+        out["warm_fork_request_to_ssh_over_cold_boot_to_ssh"] = _ratio(warm_so["fork_request_to_ssh_s"], boot)
+    if warm_so.get("all_running_s") is not None and cold_so.get("all_running_s"):
+        out["scale_out_all_running_warm_over_cold"] = _ratio(warm_so["all_running_s"], cold_so["all_running_s"])
+    for k in ("warm", "cold"):
+        if ways[k]:
+            out.update({f"{k}_{name}": v for name, v in join_ratios(ways[k]).items() if v is not None})
     return out
 
 

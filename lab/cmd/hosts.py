@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Optional
 
 import typer
@@ -128,18 +129,21 @@ def _templates_for(box_name: str, progress, specs: list[str]) -> list[str]:
         progress(f"no warm-start templates: {why}")
         return []
     libvirtd.up()
-    made = []
-    for shape in sorted(shapes, key=str):
+
+    def one(shape) -> str | None:
         t0 = time.monotonic()
         try:
             t = tpl.ensure(box_name, shape, kvm.detect().driver, progress=progress)
         except tpl.TemplateError as e:
             progress(f"template of {shape} not built (nodes of that shape boot cold): {e}")
-            continue
+            return None
         if time.monotonic() - t0 > 1:
             progress(f"template {t.key} ready ({t.meta['timings']})")
-        made.append(t.key)
-    return made
+        return t.key
+
+    # one boot per core at once (each template is a VM booting under emulation)
+    with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
+        return [k for k in pool.map(one, sorted(shapes, key=str)) if k]
 
 
 @box_app.command("templates")
