@@ -133,6 +133,30 @@ def _box() -> tuple[bool, str]:
         return False, f"cannot check: {e}"
 
 
+def _templates() -> tuple[bool, str]:
+    """Warm start (docs/adr/0011): the default shapes' templates of the default box exist, and no
+    build of one failed."""
+    from lab import box
+    from lab.host import kvm
+    from lab.providers import templates as tpl
+    from lab.providers.warm import box_supports
+
+    try:
+        if (why := box_supports(box.DEFAULT_BOX)) is not None:
+            return False, f"nodes boot cold: {why}"
+        driver, missing = kvm.detect().driver, []
+        for shape in tpl.default_shapes():
+            if (why := tpl.failure(box.DEFAULT_BOX, shape, driver)) is not None:
+                return False, f"the template of {shape} failed to build, its nodes boot cold: {why}"
+            if tpl.find(box.DEFAULT_BOX, shape, driver) is None:
+                missing.append(str(shape))
+        if missing:
+            return False, f"no template of {', '.join(missing)} yet: the first node of that shape builds it (~50 s)"
+        return True, f"templates of {', '.join(str(s) for s in tpl.default_shapes())}: new nodes are forked, not booted"
+    except Exception as e:  # a probe never crashes doctor
+        return False, f"cannot check: {e}"
+
+
 def _memory() -> tuple[bool, str]:
     avail = meminfo_mib("MemAvailable")
     return avail >= 3072, f"{avail} MiB available (a 4-node lab needs about 3 GiB)"
@@ -160,6 +184,8 @@ def probes() -> list[Probe]:
         Probe("netns", "lab network namespace", _mode, "slurmlab host up"),
         Probe("libvirt", "libvirt reachable", _libvirt, "slurmlab host up"),
         Probe("box", "slurmlab box", _box, "slurmlab box build"),
+        Probe("templates", "warm-start templates", _templates,
+              "slurmlab box build   (after a failed build: slurmlab box templates --rebuild)", WARNING),
         Probe("memory", "free memory", _memory, "stop other VMs or programs; use smaller instance types", WARNING),
         Probe("disk", "free disk", _disk,
               "free space, or point SLURMLAB_CACHE / SLURMLAB_HOME / SLURMLAB_POOL_DIR (with SLURMLAB_POOL) elsewhere"),
