@@ -124,7 +124,7 @@ def _templates_for(box_name: str, progress, specs: list[str]) -> list[str]:
         shapes |= {tpl.Shape(z.vcpus, z.memory_mib) for z in sizes}
 
     for k in tpl.prune_stale():
-        progress(f"removed template {k} (its box was rebuilt)")
+        progress(f"removed template {k} (its box or the template recipe changed)")
     if (why := box_supports(box_name)) is not None:
         progress(f"no warm-start templates: {why}")
         return []
