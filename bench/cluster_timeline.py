@@ -58,6 +58,7 @@ exit status is then 1 (130 on Ctrl-C, which stops after the running way's teardo
 SIGHUP act as Ctrl-C: the running way's cluster is removed before the script exits.
 
     .venv/bin/python bench/cluster_timeline.py [SPEC] [--ways warm,cold,naive] [--scale-out N] [--skip-naive]
+                                               [--results DIR]
     .venv/bin/python bench/cluster_timeline.py --png-from bench/results/cluster_timeline-<time>.json
 """
 
@@ -203,8 +204,8 @@ def template_check(spec: Path) -> list[str]:
     for shape in sorted({templates.Shape(g.cpus, g.memory_mib) for g in groups}, key=str):
         failed = templates.failure(box, shape, driver)
         if failed:
-            out.append(f"{shape}: its template build failed, its nodes boot cold ({failed}); "
-                       "`slurmlab box templates --rebuild`")
+            out.append(f"{shape}: no template to fork, its nodes boot cold: {failed} "
+                       "(a failed build is retried after `slurmlab box templates --rebuild`)")
         elif templates.find(box, shape, driver) is None:
             out.append(f"{shape}: no template yet: the first fork builds it, inside the measured time; "
                        "`slurmlab box build` makes it beforehand")
@@ -437,6 +438,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="compute nodes added at once to each engine way's idle cluster (default 1; capped to "
                          "what the host's memory holds then)")
     ap.add_argument("--png-from", metavar="JSON", help="only redraw the picture of a saved result (next to it)")
+    ap.add_argument("--results", type=Path, default=REPO / "bench" / "results", metavar="DIR",
+                    help="where the JSON and the PNG go (default bench/results)")
     args = ap.parse_args(argv)
     try:
         args.ways = parse_ways(args.ways, args.skip_naive)
@@ -504,7 +507,7 @@ def main(argv: list[str] | None = None) -> None:
             say(f"{way} failed: {result[way]['error']}")
     result["ratios"] = phases.ratios(result)
     result["driver"] = kvm.detect().driver
-    out = REPO / "bench" / "results"
+    out = args.results
     out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     png = out / f"cluster_timeline-{stamp}.png"
