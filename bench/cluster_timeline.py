@@ -375,9 +375,9 @@ def note(result: dict) -> str:
             line += f"; {d['forked']} of {d.get('nodes')} nodes forked"
         lines.append(line)
         if d.get("cold_fallbacks"):
-            lines.append(f"            booted cold instead: " + "; ".join(f"{k}: {v}" for k, v in d["cold_fallbacks"].items()))
+            lines.append("            booted cold instead: " + "; ".join(f"{k}: {v}" for k, v in d["cold_fallbacks"].items()))
         if d.get("template_check"):
-            lines.append(f"            templates: " + "; ".join(d["template_check"]))
+            lines.append("            templates: " + "; ".join(d["template_check"]))
         so = d.get("scale_out") or {}
         if so.get("count"):
             lines.append(f"            scale-out of {so['count']}" + (f" ({so['capped']})" if so.get("capped") else "")

@@ -2,7 +2,8 @@
 
 No engine and no store: the library's own pieces, driven in the order a plain script would use.
   1. the cluster's folder, keys, isolated libvirt network and a Vagrantfile listing every node
-     (VagrantProvider.prepare, as the engine does), a static DHCP entry per node, then ONE
+     (VagrantProvider.prepare, as the engine does; every VM Lab.Start Cold: no warm-start template
+     is built beside it), a static DHCP entry per node, then ONE
      `vagrant up <every node> --parallel` (vagrant-libvirt brings the machines up in parallel);
   2. ONE Ansible run of playbooks/site.yml over the full inventory (ansible-runner, the engine's
      runner and settings; slurm.conf lists every compute node from the start);
@@ -136,6 +137,17 @@ def _records(spec, prov, t0: float):
     return c, groups, nodes
 
 
+def machines_of(groups, nodes) -> list:
+    """The VMs of the naive build for VagrantProvider.prepare: every one booted by `vagrant up`, so
+    Lab.Start Cold (prepare would otherwise start building missing warm-start templates in the
+    background, on the CPU the naive build is measured on)."""
+    from lab.providers.base import MachineSpec, Start
+
+    gmap = {g.name: g for g in groups}
+    return [MachineSpec(n.name, n.grp, gmap[n.grp].cpus, gmap[n.grp].memory_mib, n.mac, n.address,
+                        gmap[n.grp].node_type, start=Start.COLD) for n in nodes]
+
+
 def _preflight(prov, name: str, expected: list[str]) -> None:
     """Nothing of a cluster of this name may exist, nor a domain of one of the `expected` node names:
     the libvirt daemon is shared with whoever else uses the lab, so a leftover is refused, never removed."""
@@ -236,7 +248,6 @@ def run(spec_path: Path) -> dict:
     from lab.configure.runner import run_playbook
     from lab.host import kvm, libvirtd
     from lab.providers import network
-    from lab.providers.base import MachineSpec
     from lab.providers.reach import ssh_exe
     from lab.providers.vagrant import VagrantProvider
     from lab import paths
@@ -263,9 +274,7 @@ def run(spec_path: Path) -> dict:
         gmap = {g.name: g for g in groups}
         types = {n.name: gmap[n.grp].node_type for n in nodes}
         names = [n.name for n in nodes]
-        machines = [MachineSpec(n.name, n.grp, gmap[n.grp].cpus, gmap[n.grp].memory_mib, n.mac, n.address,
-                                gmap[n.grp].node_type)
-                    for n in nodes]
+        machines = machines_of(groups, nodes)
         box = (c.spec.get("Lab") or {}).get("Box")
         prov.prepare(name, machines, c.net_index, box)
         for m in machines:  # static DHCP entries, as VagrantProvider.ensure adds them one by one
