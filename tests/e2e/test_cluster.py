@@ -202,7 +202,7 @@ def test_every_node_was_forked_and_has_its_own_identity():
         out = on(name, "hostname; cat /etc/machine-id; cat /sys/class/net/eth0/address; "
                        "ip -4 -o addr show eth0 | awk '{print $4}'; "
                        "sudo ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub | awk '{print $2}'; "
-                       "date +%s.%N; getent hosts " + f"{NAME}-controller-1 | awk '{{print $1}}'").split()
+                       "date +%s.%N; getent ahostsv4 " + f"{NAME}-controller-1 | awk 'NR == 1 {{print $1}}'").split()
         after = time.time()
         host, mid, mac, addr, key, clock, ctl = out
         assert host == name and addr.split("/")[0] == n["PrivatePrimaryIp"], (name, out)
