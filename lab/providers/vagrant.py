@@ -247,7 +247,12 @@ class VagrantProvider(Provider):
         try:
             found = {}
             for dom in domains.of_cluster(conn, cluster):
-                code, reason = dom.state()
+                try:
+                    code, reason = dom.state()
+                except libvirt.libvirtError as e:  # removed between the listing and this call: gone, not unreachable
+                    if e.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+                        continue
+                    raise
                 state = disk.observe(dom, code, reason) or STATE_NAMES.get(code, "other")
                 found[dom.name()] = Observed(dom.name(), state,
                                              details={"message": disk.message()} if state == DISK_FULL else {})

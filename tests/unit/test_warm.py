@@ -198,3 +198,46 @@ def test_a_bare_vm_gets_no_slurm_identity():
                                  munge_key=b"m", ident=Identity()))
     assert "fork.env" in got and "slurmlab.authorized_keys" in got
     assert not {"slurmlab.node", "slurmlab.hosts", "slurmlab.munge_key"} & set(got)
+
+
+def test_a_domain_removed_while_observed_is_gone_not_unreachable(monkeypatch):
+    """A fork is undefined in one libvirt call: `observe` may list it and find it gone a moment later.
+    That is one VM less, not libvirtd unreachable (CI saw a spurious stale-state Error event)."""
+    import libvirt
+
+    from lab.providers import vagrant
+
+    class Gone(libvirt.libvirtError):
+        def __init__(self):
+            Exception.__init__(self, "Domain not found")
+
+        def get_error_code(self):
+            return libvirt.VIR_ERR_NO_DOMAIN
+
+    class Dom:
+        def __init__(self, name, gone=False):
+            self._name, self.gone = name, gone
+
+        def name(self):
+            return self._name
+
+        def state(self):
+            if self.gone:
+                raise Gone()
+            return libvirt.VIR_DOMAIN_RUNNING, 1
+
+    class Conn:
+        def close(self):
+            pass
+
+    class Host:
+        name, uri = "local", "qemu:///system"
+
+        def connect(self):
+            return Conn()
+
+    monkeypatch.setattr(vagrant.placement, "host_of", lambda c: Host())
+    monkeypatch.setattr(vagrant.placement, "abandoned", lambda c: [])
+    monkeypatch.setattr(vagrant.domains, "of_cluster", lambda conn, c: [Dom("c-compute-1"), Dom("c-compute-2", gone=True)])
+    seen = vagrant.VagrantProvider(box="b").observe("c")
+    assert list(seen) == ["c-compute-1"] and seen["c-compute-1"].state == "running"
