@@ -600,11 +600,13 @@ def test_rolling_update_of_the_gpu_node_then_the_controller_while_a_job_runs():
     import xml.etree.ElementTree as ET
 
     conn = libvirtd.connect()
-    try:  # the VMs' disks are copy-on-write layers over the new box's volume
+    try:  # the new VMs are forks of the new box's template: their disks are layers over its frozen disk
         for x in (node, ctl):
             disk = ET.fromstring(conn.lookupByName(x).XMLDesc(0)).find("devices/disk/source").get("file")
             backing = ET.fromstring(conn.storageVolLookupByPath(disk).XMLDesc(0)).findtext("backingStore/path")
-            assert "slurmlab-VAGRANTSLASH-trixie-slurm-next_vagrant_box_image" in (backing or ""), (x, disk, backing)
+            assert backing and backing.endswith("/disk.qcow2"), (x, disk, backing)
+            meta = json.loads((Path(backing).parent / "meta.json").read_text())
+            assert meta["box"] == "slurmlab/trixie-slurm-next", (x, backing, meta)
     finally:
         conn.close()
     out = student("srun -p gpu --gres=gpu:1 sh -c 'echo CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES'")
