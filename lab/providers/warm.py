@@ -25,7 +25,7 @@ from lab.workspace import ClusterDir
 
 log = logging.getLogger(__name__)
 
-SSH_AFTER_FORK_S = 60.0  # a fork answers ssh ~4 s after its identity is set (measured); boots take 40-120 s
+SSH_AFTER_FORK_S = 300.0  # a fork answers ssh ~4 s after its identity is set; with 12 VMs on 2 cores one took over 60 s (then it was thrown away and booted cold)
 WARM_FEATURE = "warm-start"  # in the box's slurmlab.json: the box has qemu-guest-agent and fork-identity
 
 
