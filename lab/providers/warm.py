@@ -106,6 +106,7 @@ class WarmStart:
             timings = fork.fork(conn, pool_dir=paths.pool_dir(), template=tpl, cluster=cluster, machine=machine,
                                 machines=machines, net=net, public_key=cd.ssh_key.with_suffix(".pub").read_text(),
                                 munge_key=cd.munge_key.read_bytes(), state_disk=state)
+            _refresh_pool(conn)  # the overlay (and a new state disk) become volumes libvirt knows, as Vagrant's are
         finally:
             conn.close()
         t1 = time.monotonic()
@@ -181,6 +182,15 @@ class WarmStart:
         from lab.providers.domains import purge
 
         purge(cluster, name)
+
+
+def _refresh_pool(conn) -> None:
+    import libvirt
+
+    try:
+        conn.storagePoolLookupByName(libvirtd.POOL).refresh(0)
+    except libvirt.libvirtError as e:
+        log.warning("storage pool %s not refreshed: %s", libvirtd.POOL, e.get_error_message())
 
 
 def _state_size() -> str:
