@@ -21,15 +21,10 @@ def cluster_of(dom) -> str | None:
 def purge(cluster: str, name: str) -> None:
     """Make sure neither the domain nor its volumes remain on the cluster's host (after vagrant
     destroy, or instead of it)."""
-    import libvirt
-
     host = placement.host_of(cluster)
     conn = host.connect()
     try:
-        try:
-            _end(conn.lookupByName(name))
-        except libvirt.libvirtError:
-            pass
+        end_named(conn, name)
         _delete_volumes(conn, host.pool, lambda vol: vol.name() == f"{name}.img" or vol.name().startswith(f"{name}-"))
     finally:
         conn.close()
@@ -42,6 +37,16 @@ def _end(dom) -> None:
     if dom.isActive():
         dom.destroy()
     dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_NVRAM | libvirt.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE)
+
+
+def end_named(conn, name: str) -> None:
+    """The domain `name` stopped and undefined, if there is one (a transient one is gone once stopped)."""
+    import libvirt
+
+    try:
+        _end(conn.lookupByName(name))
+    except libvirt.libvirtError:
+        pass
 
 
 def _delete_volumes(conn, pool_name: str, match) -> list[str]:

@@ -155,15 +155,9 @@ def state_disk_xml(path: Path) -> str:
 
 
 def _undo(conn, name: str, overlay: Path) -> None:
-    import libvirt
+    from lab.providers.domains import end_named
 
-    try:
-        d = conn.lookupByName(name)
-        if d.isActive():
-            d.destroy()
-        d.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_NVRAM | libvirt.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE)
-    except libvirt.libvirtError:
-        pass
+    end_named(conn, name)
     overlay.unlink(missing_ok=True)
 
 

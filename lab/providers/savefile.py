@@ -79,13 +79,18 @@ def parse(head: bytes) -> SaveImage:
     return SaveImage(version, data_len, was_running, fmt, cookie_offset, data[:xml_end].decode(), cookie)
 
 
+def _head(f) -> bytes:
+    """The header and data area from an open save image (just the first bytes if it is not one)."""
+    head = f.read(HEADER_SIZE)
+    if len(head) == HEADER_SIZE and head[:16] in (MAGIC, PARTIAL):
+        (data_len,) = struct.unpack_from("<I", head, 20)
+        head += f.read(data_len)
+    return head
+
+
 def read(path: Path) -> SaveImage:
     with open(path, "rb") as f:
-        head = f.read(HEADER_SIZE)
-        if len(head) == HEADER_SIZE and head[:16] in (MAGIC, PARTIAL):
-            (data_len,) = struct.unpack_from("<I", head, 20)
-            head += f.read(data_len)
-    return parse(head)
+        return parse(_head(f))
 
 
 def with_xml(head: bytes, xml: str) -> bytes:
@@ -108,11 +113,7 @@ def copy_with_xml(src: Path, dst: Path, xml: str) -> int:
     through a temporary name, so a crash never leaves a half image under `dst`."""
     tmp = dst.with_name(dst.name + ".part")
     with open(src, "rb") as fi:
-        head = fi.read(HEADER_SIZE)
-        if len(head) == HEADER_SIZE and head[:16] in (MAGIC, PARTIAL):
-            (data_len,) = struct.unpack_from("<I", head, 20)
-            head += fi.read(data_len)
-        out = with_xml(head, xml)
+        out = with_xml(_head(fi), xml)
         size = os.fstat(fi.fileno()).st_size
         with open(tmp, "wb") as fo:
             fo.write(out)

@@ -116,7 +116,8 @@ def key(box: str, shape: Shape, driver: str) -> str:
 
 
 def find(box: str, shape: Shape, driver: str) -> Template | None:
-    t = Template(key(box, shape, driver), root() / key(box, shape, driver))
+    k = key(box, shape, driver)
+    t = Template(k, root() / k)
     return t if t.is_complete() else None
 
 
@@ -235,6 +236,7 @@ def _build(t: Template, box: str, shape: Shape, driver: str) -> None:
     import libvirt
 
     from lab.host import libvirtd
+    from lab.providers.domains import end_named
 
     t0 = time.monotonic()
     shutil.rmtree(t.folder, ignore_errors=True)
@@ -247,8 +249,7 @@ def _build(t: Template, box: str, shape: Shape, driver: str) -> None:
         shutil.copyfile(box_image(box), t.folder / "base.img")
         _run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", str(t.folder / "base.img"), str(t.disk)])
         ensure_network(conn)
-        with _stale(conn, name):
-            pass
+        end_named(conn, name)  # a template domain left running by a killed build holds the name
         mac = "52:54:00:fe:%02x:%02x" % tuple(hashlib.sha256(t.key.encode()).digest()[:2])
         xml = domain_xml(name=name, cpus=shape.cpus, memory_mib=shape.memory_mib, disk=t.disk, network=NET_NAME,
                          mac=mac, driver=driver, description=f"slurmlab template {t.key} of box {box}", pad=PAD_BYTES)
@@ -291,28 +292,6 @@ def _build(t: Template, box: str, shape: Shape, driver: str) -> None:
         conn.close()
         if not t.is_complete():
             shutil.rmtree(t.folder, ignore_errors=True)
-
-
-class _stale:
-    """Ends a template domain left running by a killed build (its name is taken otherwise)."""
-
-    def __init__(self, conn, name: str):
-        self.conn, self.name = conn, name
-
-    def __enter__(self):
-        import libvirt
-
-        try:
-            d = self.conn.lookupByName(self.name)
-            if d.isActive():
-                d.destroy()
-            if d.isPersistent():
-                d.undefine()
-        except libvirt.libvirtError:
-            pass
-
-    def __exit__(self, *exc):
-        return False
 
 
 def listing() -> list[dict]:
