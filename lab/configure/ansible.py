@@ -66,6 +66,21 @@ class AnsibleConfigurer(Configurer):
 
         return clock.set_all(ctx)
 
+    def slurm_nodes(self, ctx: ClusterContext, faults: dict):
+        from lab.configure import slurmstate
+
+        return slurmstate.read(ctx)
+
+    def restart_slurmd(self, ctx: ClusterContext, node: str) -> str:
+        from lab.configure import slurmstate
+
+        return slurmstate.restart_slurmd(ctx, node)
+
+    def take_down(self, ctx: ClusterContext, node: str, why: str) -> str:
+        from lab.configure import slurmstate
+
+        return slurmstate.take_down(ctx, node, why)
+
     def leave(self, ctx: ClusterContext, names: list[str]) -> PlaybookResult:
         controller = next(n.name for n in ctx.nodes if any(g.name == n.grp and g.node_type == "Controller" for g in ctx.groups))
         return self._run(ctx, "leave.yml", limit=[controller, *names], extravars={"slurmlab_leaving": names})

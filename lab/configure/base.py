@@ -64,6 +64,30 @@ class Configurer(ABC):
         """Set every running node's clock to the host's now (after a checkpoint restore the guests run
         on from the checkpoint's time: munge refuses credentials 5 minutes off); node -> what failed."""
 
+    # Slurm's view and the Slurm-side steps of recovery (lab/engine/recovery.py). Not abstract: a
+    # configurer without Slurm (a test's fake) answers None and the engine watches libvirt only.
+    def slurm_nodes(self, ctx: ClusterContext | None, faults: dict) -> tuple[dict, float] | None:
+        """(node -> lab.engine.recovery.SlurmNode for every compute node slurmctld knows, the time it was
+        asked); raises lab.configure.slurmstate.SlurmUnreachable when slurmctld does not answer."""
+        return None
+
+    def restart_slurmd(self, ctx: ClusterContext | None, node: str) -> str:
+        """The cheap repair: restart slurmd on the node; what went wrong ("" when it runs again)."""
+        return "this configurer cannot restart slurmd"
+
+    def take_down(self, ctx: ClusterContext | None, node: str, why: str) -> str:
+        """Before a reboot or replace: the node DOWN in Slurm (its jobs end now); what went wrong."""
+        return ""
+
+    async def slurm_nodes_async(self, ctx: ClusterContext | None, faults: dict) -> tuple[dict, float] | None:
+        return await in_thread(_cluster(ctx), self.slurm_nodes, ctx, faults)
+
+    async def restart_slurmd_async(self, ctx: ClusterContext | None, node: str) -> str:
+        return await in_thread(_cluster(ctx), self.restart_slurmd, ctx, node)
+
+    async def take_down_async(self, ctx: ClusterContext | None, node: str, why: str) -> str:
+        return await in_thread(_cluster(ctx), self.take_down, ctx, node, why)
+
     async def set_clocks_async(self, ctx: ClusterContext | None) -> dict[str, str]:
         return await in_thread(_cluster(ctx), self.set_clocks, ctx)
 

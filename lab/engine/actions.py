@@ -80,6 +80,7 @@ class Actions:
         else:
             self.store.update_node(cluster, a.node, phase="running", joined_at=self.clock(), message=said.strip(" ()"),
                                    attempts=0)
+            self.group_succeeded(cluster, n.grp)
             self.store.add_event(cluster, "Instance", "Info", f"{a.node}: {node_type.lower()} ready",
                                  grp=a.group, node=a.node, operation_id=self._op_of(cluster, a.node, a.group))
 
@@ -110,6 +111,8 @@ class Actions:
                 self.store.update_node(cluster, r.name, pending=None)
         shown = ", ".join(batch[:20]) + (f" and {len(batch) - 20} more" if len(batch) > 20 else "")
         groups = {r.grp for r in rows}
+        for g in groups:
+            self.group_succeeded(cluster, g)
         one = next(iter(groups)) if len(groups) == 1 else None
         self.store.add_event(cluster, "InstanceGroup", "Info",
                              f"{len(batch)} node(s) joined Slurm with one reconfigure: {shown}",
@@ -174,9 +177,11 @@ class Actions:
         if n is None:
             return
         prov = self.provider_for(self._snap[cluster][0])
+        await self._take_down(cluster, a.node, f"its VM is {a.reason}: replacing it")
         if a.reason != "missing":  # a stopped domain: remove it first
             await prov.remove_async(cluster, [a.node])
         self._new_instance(cluster, n, prov, f"VM lost ({a.reason}): replacing it (NodeRecovery Automatic)")
+        self.group_failed(cluster, n.grp, f"{a.node}: VM {a.reason}")
         self.store.add_event(cluster, "Instance", "Warning",
                              f"{a.node}: VM is {a.reason}; NodeRecovery is Automatic: replacing it",
                              grp=a.group, node=a.node)
@@ -187,6 +192,7 @@ class Actions:
             return
         prov = self.provider_for(self._snap[cluster][0])
         op = self._op_of(cluster, a.node)
+        await self._take_down(cluster, a.node, "rebooting its VM")  # its jobs end now (lab/engine/watching.py)
         self.store.update_node(cluster, a.node, phase="rebooting", pending=None, message="rebooting")
         if a.reason == "missing":  # nothing to reboot: launch it again
             self.store.update_node(cluster, a.node, phase="planned", booted_at=None, configured_at=None,
@@ -201,6 +207,7 @@ class Actions:
             return
         prov = self.provider_for(self._snap[cluster][0])
         op = self._op_of(cluster, a.node)
+        await self._take_down(cluster, a.node, "replacing its VM")
         self.store.update_node(cluster, a.node, phase="replacing", pending=None, message="replacing: removing the old VM")
         if self._group(cluster, n.grp).node_type == "Controller":
             # a clean shutdown first: slurmctld saves its state, MariaDB and the NFS server stop, and the

@@ -185,6 +185,8 @@ class Bookkeeping:
         self.store.update_node(cluster, node, **vals)
         self.store.add_event(cluster, "Instance", level, said, grp=n.grp, node=node,
                              operation_id=self._op_of(cluster, node, n.grp))
+        if level == "Error" and not keep_phase:
+            self.group_failed(cluster, n.grp, f"{node}: {message}")  # protected mode (lab/engine/watching.py)
 
     def _unreachable(self, cluster: str, node: str) -> None:
         """A configure found the node's VM unreachable: after UNREACHABLE_REBOOT attempts, reboot it."""
@@ -202,8 +204,10 @@ class Bookkeeping:
 
     def _keep_lost(self, cluster: str, a: Action) -> None:
         """NodeRecovery None: the VM died; the node stays Failure until someone replaces or deletes it."""
-        msg = (f"VM {a.reason}; not replaced because NodeRecovery is None "
-               "(BatchReplaceClusterNodes replaces it, BatchDeleteClusterNodes removes it)")
+        g = self._group(cluster, a.group)
+        why = (f"instance group {a.group} is protected (slurmlab resume-group {cluster} {a.group})" if g.protected
+               else "NodeRecovery is None")
+        msg = f"VM {a.reason}; not replaced because {why} (BatchReplaceClusterNodes replaces it, BatchDeleteClusterNodes removes it)"
         self.store.update_node(cluster, a.node, phase="lost", message=msg, **_no_health_mark(cluster, a.node, self.store))
         self.store.add_event(cluster, "Instance", "Error", f"{a.node}: {msg}", grp=a.group, node=a.node)
 

@@ -26,6 +26,7 @@ from lab import capacity
 from lab.configure.base import ConfigureError, Configurer
 from lab.configure.inventory import ClusterContext
 from lab.engine import plan as planner
+from lab.engine import recovery
 from lab.engine.actions import ACTIONS, Actions
 from lab.engine.bookkeeping import (  # noqa: F401 - re-exported for bench/ and tests (instance_id, backoff)
     BACKOFF_BASE, BACKOFF_MAX, SCALING, Bookkeeping, backoff, instance_id)
@@ -34,6 +35,7 @@ from lab.engine.hostloss import HOST_LOST_S, HostLoss
 from lab.engine.plan import JOIN_MAX_WAIT_S, JOIN_QUIET_S, LEGACY_ATTEMPTS, Action
 from lab.engine.rolling import Rolling
 from lab.engine.sight import Sight
+from lab.engine.watching import Watching
 from lab.providers.base import LaunchError, Provider, threads_running
 from lab.store.db import ClusterRow, GroupRow, NodeRow, Store
 
@@ -53,7 +55,11 @@ def _task_key(a: Action) -> str:
     return a.node or a.kind
 
 
-class Engine(Bookkeeping, Actions, Rolling, Checkpointing, HostLoss):
+# every task kind: the planner's (lab/engine/actions.py) and the Slurm watch's slurmd restart
+TASKS = {**ACTIONS, "repair": Watching._do_repair}
+
+
+class Engine(Bookkeeping, Actions, Rolling, Checkpointing, HostLoss, Watching):
     """`Engine(store, provider, configurer)` builds every cluster with that pair (the tests' form).
     `providers` / `configurers` map provider names (ClusterRow.provider) to objects; the factories
     make one on first use for a name not mapped (the daemon passes `make_provider`/`make_configurer`).
@@ -67,7 +73,9 @@ class Engine(Bookkeeping, Actions, Rolling, Checkpointing, HostLoss):
                  max_attempts: int = LEGACY_ATTEMPTS,
                  backoff_base: float = BACKOFF_BASE, backoff_max: float = BACKOFF_MAX,
                  join_quiet_s: float = JOIN_QUIET_S, join_max_wait_s: float = JOIN_MAX_WAIT_S,
-                 boot_slots: dict[str, int] | None = None, host_lost_s: float = HOST_LOST_S):
+                 boot_slots: dict[str, int] | None = None, host_lost_s: float = HOST_LOST_S,
+                 slurm_period_s: float = recovery.SLURM_PERIOD_S, recover_after_s: float = recovery.RECOVER_AFTER_S,
+                 protect_after: int = recovery.PROTECT_AFTER):
         self.store = store
         self.provider = provider
         self.configurer = configurer
@@ -100,6 +108,7 @@ class Engine(Bookkeeping, Actions, Rolling, Checkpointing, HostLoss):
         self._unusable: set[str] = set()
         self.sight = Sight(store, clock)  # clusters whose VMs the provider cannot show (lab/engine/sight.py)
         self._last_error: dict[str, str] = {}
+        self._watch_init(slurm_period_s, recover_after_s, protect_after)  # Slurm's view (lab/engine/watching.py)
 
     # ------------------------------------------------------------------ providers
     def provider_for(self, c: ClusterRow) -> Provider:
@@ -132,6 +141,7 @@ class Engine(Bookkeeping, Actions, Rolling, Checkpointing, HostLoss):
 
     async def step(self) -> None:
         self.tasks = {k: t for k, t in self.tasks.items() if not t.done()}
+        self._heartbeat()
         self._apply_arrivals()
         self._faults = self.store.faults()
         limits = self.store.capacity()
@@ -195,6 +205,7 @@ class Engine(Bookkeeping, Actions, Rolling, Checkpointing, HostLoss):
                          join_max_wait_s=self.join_max_wait_s,
                          boot_slots=self.boot_slots.get(c.provider))
         self._statuses(c, groups, nodes, p)
+        self._watch(c, groups, nodes, busy)  # Slurm's view: marks, recovery (lab/engine/watching.py)
         self._software(c, gmap, nodes)
         self._disk_marks(name, nodes, seen, p)
         if p.boot_waiting:
@@ -234,7 +245,15 @@ class Engine(Bookkeeping, Actions, Rolling, Checkpointing, HostLoss):
                 await self._cancel(name, keep=key)
             if a.kind in ("configure", "join", "leave", "detach", "healthcheck") and ctx is None:
                 ctx = self._context_from(c, groups, nodes)
-            self.tasks[(name, key)] = asyncio.create_task(self._guard(name, a, ctx), name=f"{name}:{a.kind}:{key}")
+            self._start_task(name, key, self._guard(name, a, ctx))
+
+    def _start_task(self, cluster: str, key: str, coro) -> None:
+        """`coro` as the cluster's task `key` (one at a time per key: a second is dropped)."""
+        t = self.tasks.get((cluster, key))
+        if t is not None and not t.done():
+            coro.close()
+            return
+        self.tasks[(cluster, key)] = asyncio.create_task(coro, name=f"{cluster}:{key}")
 
     async def run(self, until: Callable[[], bool] | None = None, timeout: float | None = None) -> None:
         t0 = time.monotonic()
@@ -275,12 +294,12 @@ class Engine(Bookkeeping, Actions, Rolling, Checkpointing, HostLoss):
 
     async def _guard(self, cluster: str, a: Action, ctx=None) -> None:
         try:
-            await ACTIONS[a.kind](self, cluster, a, ctx)
+            await TASKS[a.kind](self, cluster, a, ctx)
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001
             log.exception("%s %s", a.kind, a.node or a.batch)
-            if a.kind in ("delete_cluster", "rollback_cluster", "orphan"):
+            if a.kind in ("delete_cluster", "rollback_cluster", "orphan", "repair"):  # no node step failed
                 self.store.add_event(cluster, "Cluster", "Error", f"{a.kind} {a.node or cluster} failed: {e}"[:500])
                 return
             failures = e.failures if isinstance(e, ConfigureError) else {}

@@ -29,9 +29,8 @@ from lab.capacity import short_of
 from lab.providers.base import DISK_FULL
 from lab.store.db import ClusterRow, GroupRow, NodeRow
 
-# A deep health check's marks on a running node (nodes.pending): asked for (StartClusterHealthCheck),
-# then under way (the engine's healthcheck task). Both show InstanceStatus DeepHealthCheckInProgress;
-# the node stays `running` (a member of its group) throughout.
+# A deep health check's marks on a running node (nodes.pending): asked for, then under way. Both show
+# InstanceStatus DeepHealthCheckInProgress; the node stays `running` (a member of its group).
 HEALTH_ASKED, HEALTH_CHECKING = "healthcheck", "checking"
 HEALTH_MARKS = frozenset({HEALTH_ASKED, HEALTH_CHECKING})
 # MoveClusterNodes (lab/engine/moves.py): the node, already in its new group, leaves Slurm (detach), then
@@ -303,8 +302,8 @@ def plan(
         if n.pending == "reboot" or n.phase == "rebooting":
             p.actions.append(Action("reboot", node=n.name, group=n.grp, reason=state or "missing"))
             continue
-        if n.phase in VM_UP_PHASES and state != "running":
-            kind = "lost" if recovery == "Automatic" else "keep_lost"
+        if n.phase in VM_UP_PHASES and state != "running":  # a protected group replaces nothing by itself
+            kind = "lost" if recovery == "Automatic" and not g.protected else "keep_lost"
             p.actions.append(Action(kind, node=n.name, group=n.grp, reason=state or "missing"))
             continue
         if n.pending in HEALTH_MARKS and n.phase == "running":
@@ -322,7 +321,7 @@ def plan(
                 p.actions.append(Action("launch", node=n.name, group=n.grp))
         elif failed_for_good(n):
             continue  # Failure with its reason until someone replaces, reboots or deletes it
-        elif n.phase == "failed" and n.retry_at <= now:
+        elif n.phase == "failed" and n.retry_at <= now and not g.protected:
             if state == "running" and n.booted_at:
                 if may_configure:
                     p.actions.append(Action("configure", node=n.name, group=n.grp))
@@ -381,9 +380,10 @@ def plan(
         active = [n for n in members if not leaving(n) and n.name not in surplus]
         if cur < g.target_count:
             full = False
-        if settled:
+        troubled = g.protected or any(n.slurm for n in active)  # lab/engine/recovery.py
+        if settled and not troubled:
             p.group_status[g.name] = "InService"
-        elif any(n.phase in ("failed", "lost") for n in active):
+        elif troubled or any(n.phase in ("failed", "lost") for n in active):
             p.group_status[g.name] = "Degraded"
         elif cluster.status != "Creating" and g.status in ("InService", "Updating", "Degraded"):
             p.group_status[g.name] = "Updating"

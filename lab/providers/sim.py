@@ -30,8 +30,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab.capacity import health_faults
-from lab.configure.base import Configurer
 from lab.providers.base import LaunchError, MachineSpec, Observed, Provider, mac_for
 from lab.providers.sim_checkpoints import SimCheckpoints
 from lab.workspace import ClusterDir
@@ -292,61 +290,4 @@ class SimProvider(SimCheckpoints, Provider):
                 self._save(vms[name])
 
 
-class SimConfigurer(Configurer):
-    """Configures nothing: each step takes a short simulated time and is recorded in `calls`. Its
-    coroutine twins wait on `sleep` (virtual time in tests); the blocking methods on wall time."""
-
-    simulated = True
-
-    def __init__(self, configure_time: float = 0.5, join_time: float = 0.3, leave_time: float = 0.2, *,
-                 health_time: float = 1.0, sleep: Callable[[float], Awaitable[None]] | None = None):
-        self.configure_time = configure_time
-        self.health_time = health_time
-        self.join_time = join_time
-        self.leave_time = leave_time
-        self.sleep = sleep or asyncio.sleep
-        self.calls: list[tuple] = []
-
-    def context(self, cluster, groups, nodes):
-        return None  # no inventory needed
-
-    async def configure_async(self, ctx, node: str, node_type: str) -> None:
-        self.calls.append(("configure", node, node_type))
-        await self.sleep(self.configure_time)
-
-    async def join_async(self, ctx, batch: list[str]) -> None:
-        self.calls.append(("join", tuple(batch)))
-        await self.sleep(self.join_time)
-
-    async def leave_async(self, ctx, names: list[str]) -> None:
-        self.calls.append(("leave", tuple(names)))
-        await self.sleep(self.leave_time)
-
-    async def health_check_async(self, ctx, targets: dict[str, list[str]], op_id: str, faults: dict) -> dict:
-        self.calls.append(("health_check", tuple(targets)))
-        await self.sleep(self.health_time)
-        return health_faults(faults, op_id, targets)
-
-    def set_clocks(self, ctx) -> dict[str, str]:
-        self.calls.append(("set_clocks",))
-        return {}
-
-    async def set_clocks_async(self, ctx) -> dict[str, str]:
-        return self.set_clocks(ctx)
-
-    def health_check(self, ctx, targets: dict[str, list[str]], op_id: str, faults: dict) -> dict:
-        self.calls.append(("health_check", tuple(targets)))
-        time.sleep(self.health_time)
-        return health_faults(faults, op_id, targets)
-
-    def configure(self, ctx, node: str, node_type: str) -> None:
-        self.calls.append(("configure", node, node_type))
-        time.sleep(self.configure_time)
-
-    def join(self, ctx, batch: list[str]) -> None:
-        self.calls.append(("join", tuple(batch)))
-        time.sleep(self.join_time)
-
-    def leave(self, ctx, names: list[str]) -> None:
-        self.calls.append(("leave", tuple(names)))
-        time.sleep(self.leave_time)
+from lab.providers.sim_configurer import SimConfigurer  # noqa: E402,F401 - its old home

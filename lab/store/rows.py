@@ -21,6 +21,9 @@ class ClusterRow:
     unobserved_since: float | None = None  # the provider could not be asked since then (stale state)
     unobserved_reason: str | None = None
     host: str | None = None  # the libvirt host its VMs run on (None: not placed, or a provider with one host)
+    # slurmctld does not answer the engine's Slurm poll (lab/engine/watching.py): why, since when
+    slurm_problem: str | None = None
+    slurm_problem_since: float | None = None
 
 
 @dataclass
@@ -34,6 +37,11 @@ class GroupRow:
     cpus: int
     memory_mib: int
     status: str
+    # failures of its nodes in a row (launch, configure, recovery by reboot or replace), the newest
+    # when; at PROTECT_AFTER the group is protected (lab/engine/recovery.py): the reason, nothing retried
+    failures: int = 0
+    failed_at: float | None = None
+    protected: str | None = None
 
 
 @dataclass
@@ -59,6 +67,11 @@ class NodeRow:
     configured_at: float | None = None
     # the box the node's VM is made from (UpdateClusterSoftware sets it); None: the cluster's (Lab.Box)
     image: str | None = None
+    # Slurm's view of a running node (lab/engine/recovery.py): its trouble as shown ("down* (Not
+    # responding)"; None: healthy), since when the engine sees it, the recovery steps taken since
+    slurm: str | None = None
+    slurm_since: float | None = None
+    repairs: int = 0
 
 
 @dataclass

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -67,6 +67,16 @@ ADDED_COLUMNS = [
     ("nodes", "image", "TEXT"),  # the box a node's VM is made from (UpdateClusterSoftware), NULL: the cluster's
     # schema 7: the libvirt host the cluster was placed on (lab/providers/placement.py), NULL: not placed
     ("clusters", "host", "TEXT"),
+    # schema 8: Slurm's view (lab/engine/recovery.py): a node's Slurm trouble, since when, the recovery
+    # steps taken; a group's failures in a row and its protected mode; a controller that does not answer
+    ("nodes", "slurm", "TEXT"),
+    ("nodes", "slurm_since", "REAL"),
+    ("nodes", "repairs", "INTEGER NOT NULL DEFAULT 0"),
+    ("groups", "failures", "INTEGER NOT NULL DEFAULT 0"),
+    ("groups", "failed_at", "REAL"),
+    ("groups", "protected", "TEXT"),
+    ("clusters", "slurm_problem", "TEXT"),
+    ("clusters", "slurm_problem_since", "REAL"),
 ]
 
 

@@ -91,6 +91,7 @@ def test_destroying_one_node_never_takes_the_cluster_network(tmp_path, monkeypat
     monkeypatch.setattr(prov, "_vagrant", lambda cluster, args, logname, timeout=0: calls.append(
         (args, (state / args[-1] / "libvirt" / "created_networks").exists())))
     monkeypatch.setattr(vagrant, "_purge_domain", lambda cluster, name: None)
+    monkeypatch.setattr(prov.warm, "is_fork", lambda cluster, name: False)  # not the machine's libvirt (a live "demo")
     prov.remove("demo", ["demo-compute-2"])
     assert calls == [(["destroy", "-f", "demo-compute-2"], False)]
     assert (state / "demo-compute-1" / "libvirt" / "created_networks").exists()  # another node's file untouched

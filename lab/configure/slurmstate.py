@@ -1,0 +1,91 @@
+"""Slurm's view of a real cluster, and the small Slurm-side steps of recovery, over ssh inside the
+lab's namespace (lab/engine/recovery.py decides; this only asks and acts).
+
+- `read`: one `sinfo` on the controller (every compute node: name, state with Slurm's suffixes,
+  reason). The ssh connection is kept open between polls (ControlMaster, ControlPersist): a new
+  handshake costs an emulated controller ~2.5 s of CPU, a poll over the open connection ~0.5 s.
+- `restart_slurmd`: the cheap repair, on the node itself.
+- `take_down`: before the lab reboots or replaces a node Slurm knows, `scontrol update state=down`
+  with a `slurmlab:` reason, so its jobs end at once (NODE_FAIL; a batch job is requeued) instead of
+  after SlurmdTimeout. The join that brings the node back resumes it (roles/slurm_node slurmd.yml).
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import time
+
+from lab import paths
+from lab.configure.inventory import ClusterContext
+from lab.engine.recovery import SlurmNode, parse_sinfo
+from lab.providers.reach import ssh_command
+
+SINFO = "sinfo --all --noheader --Node --format='%N|%T|%E'"
+READ_TIMEOUT_S = 60
+
+
+class SlurmUnreachable(Exception):
+    """slurmctld did not answer (or the controller could not be reached): the message says which."""
+
+
+def _controller(ctx: ClusterContext):
+    types = {g.name: g.node_type for g in ctx.groups}
+    return next((n for n in ctx.nodes if types.get(n.grp) == "Controller"), None)
+
+
+def _shared_connection() -> list[str]:
+    folder = paths.home() / "ssh"
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return ["-o", "ControlMaster=auto", "-o", f"ControlPath={folder}/%C", "-o", "ControlPersist=120"]
+
+
+def _run(ctx: ClusterContext, address: str, command: str, timeout: float, shared: bool = False):
+    opts = _shared_connection() if shared else []
+    return subprocess.run([*ssh_command(ctx.name, address, *opts), command], stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
+
+
+def read(ctx: ClusterContext) -> tuple[dict[str, SlurmNode], float]:
+    """(Slurm's compute nodes, the time the question was asked). Raises SlurmUnreachable."""
+    ctl = _controller(ctx)
+    if ctl is None:
+        raise SlurmUnreachable("the cluster has no controller node")
+    asked = time.time()
+    try:
+        p = _run(ctx, ctl.address, SINFO, READ_TIMEOUT_S, shared=True)
+    except subprocess.TimeoutExpired:
+        raise SlurmUnreachable(f"sinfo on {ctl.name} did not return within {READ_TIMEOUT_S} s") from None
+    if p.returncode == 255:
+        raise SlurmUnreachable(f"cannot ssh to the controller {ctl.name}: {p.stderr.strip()[-200:]}")
+    if p.returncode != 0:
+        said = (p.stderr or p.stdout).strip().splitlines()
+        raise SlurmUnreachable(f"slurmctld on {ctl.name} does not answer: {said[-1] if said else f'sinfo exit {p.returncode}'}")
+    return parse_sinfo(p.stdout), asked
+
+
+def restart_slurmd(ctx: ClusterContext, node: str) -> str:
+    """Restart slurmd on the node; returns what went wrong ("" when it is active again)."""
+    n = next((x for x in ctx.nodes if x.name == node), None)
+    if n is None:
+        return f"no node {node}"
+    try:
+        p = _run(ctx, n.address, "sudo systemctl restart slurmd && systemctl is-active slurmd", 120)
+    except subprocess.TimeoutExpired:
+        return "systemctl restart slurmd did not return within 120 s"
+    if p.returncode == 0:
+        return ""
+    return (p.stderr or p.stdout).strip()[-300:] or f"exit {p.returncode}"
+
+
+def take_down(ctx: ClusterContext, node: str, why: str) -> str:
+    """`scontrol update state=down` with a slurmlab: reason; returns what went wrong ("": done)."""
+    ctl = _controller(ctx)
+    if ctl is None:
+        return "no controller"
+    cmd = f"sudo scontrol update nodename={shlex.quote(node)} state=down reason={shlex.quote('slurmlab: ' + why)}"
+    try:
+        p = _run(ctx, ctl.address, cmd, 60, shared=True)
+    except subprocess.TimeoutExpired:
+        return "scontrol update did not return within 60 s"
+    return "" if p.returncode == 0 else ((p.stderr or p.stdout).strip()[-300:] or f"exit {p.returncode}")

@@ -1,0 +1,207 @@
+"""The engine watches Slurm too (docs/recovery.md). A mixin of lab.engine.engine.Engine.
+
+Every `slurm_period_s` a task asks the cluster's configurer for Slurm's view of the compute nodes
+(a real cluster: one `sinfo` on the controller); the next pass gives it to lab/engine/recovery.py
+and carries out the decisions: marks and events, a slurmd restart (a task, like any node step),
+a reboot or replacement (the node's `pending`, which the planner acts on as for
+BatchRebootClusterNodes / BatchReplaceClusterNodes). A controller whose slurmctld does not answer
+is marked on the cluster (`slurm_problem`: DescribeCluster's Lab.SlurmProblem) with one event.
+
+A group's failures in a row are counted here too (`group_failed`), and a group that reaches
+recovery.PROTECT_AFTER is protected: nothing of it is retried until `resume_group`.
+
+The engine's own liveness: each pass writes a heartbeat (`engine_seen_at` in the store's meta,
+at most every HEARTBEAT_S), which DescribeCluster and the console show.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from lab.engine import recovery
+from lab.engine.plan import NO_RETRY, Action, node_recovery
+from lab.errors import UsageError
+from lab.store.db import ClusterRow, Store
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_S = 5.0
+ENGINE_STALE_S = 60.0  # no heartbeat this long: DescribeCluster says the engine is not running
+WATCHED = ("InService", "Updating")  # the cluster statuses whose Slurm the engine reads
+
+
+class Watching:
+
+    def _watch_init(self, slurm_period_s: float, recover_after_s: float, protect_after: int) -> None:
+        self.slurm_period_s = slurm_period_s
+        self.recover_after_s = recover_after_s
+        self.protect_after = protect_after
+        self._views: dict = {}  # cluster -> (view, taken_at) or an exception, until the next pass
+        self._polled_at: dict[str, float] = {}
+        self._beat_at = float("-inf")
+
+    # ------------------------------------------------------------------ heartbeat
+    def _heartbeat(self) -> None:
+        now = self.clock()
+        if now - self._beat_at >= HEARTBEAT_S:
+            self._beat_at = now
+            self.store.set_meta("engine_seen_at", now)
+
+    # ------------------------------------------------------------------ the poll
+    def _watch(self, c: ClusterRow, groups, nodes, busy: set[str]) -> None:
+        polled = self._polled_at
+        got = self._views.pop(c.name, None)
+        if got is not None:
+            self._apply_view(c, groups, nodes, busy, got)
+        if c.status not in WATCHED or "slurm" in busy:
+            return
+        types = {g.name: g.node_type for g in groups}
+        if not any(types.get(n.grp) == "Controller" and n.phase == "running" and not n.pending for n in nodes):
+            return  # no controller to ask (being replaced, rebooted, not up yet)
+        if not any(types.get(n.grp) == "Compute" and n.joined_at for n in nodes) and c.slurm_problem is None:
+            return  # nothing in Slurm to watch yet
+        now = self.clock()
+        if now - polled.get(c.name, float("-inf")) < self.slurm_period_s:
+            return
+        conf = self.configurer_for(c)
+        if conf is None:
+            return
+        polled[c.name] = now
+        ctx = self._context_from(c, groups, nodes)
+        self._start_task(c.name, "slurm", self._poll_slurm(c.name, conf, ctx))
+
+    async def _poll_slurm(self, cluster: str, conf, ctx) -> None:
+        try:
+            got = await conf.slurm_nodes_async(ctx, self._faults)
+        except Exception as e:  # noqa: BLE001 - the next pass shows it (slurmctld does not answer)
+            got = e
+        if got is not None:
+            self._views[cluster] = got
+
+    def _apply_view(self, c: ClusterRow, groups, nodes, busy: set[str], got) -> None:
+        name = c.name
+        if isinstance(got, Exception):
+            why = str(got) or type(got).__name__
+            if c.slurm_problem is None:
+                self.store.update_cluster(name, slurm_problem=why, slurm_problem_since=self.clock())
+                self.store.add_event(name, "Cluster", "Error", f"Slurm does not answer: {why}. The lab cannot see "
+                                     "the nodes' Slurm states until it does (fix: slurmlab ssh "
+                                     f"{name} controller -- sudo systemctl status slurmctld)"[:500])
+            return
+        view, taken_at = got
+        if c.slurm_problem is not None:
+            self.store.update_cluster(name, slurm_problem=None, slurm_problem_since=None)
+            self.store.add_event(name, "Cluster", "Info", "Slurm answers again")
+        now = self.clock()
+        for d in recovery.assess(nodes, groups, view, taken_at, now, busy, node_recovery(c), self.recover_after_s):
+            self._decide(c, d, now)
+
+    def _decide(self, c: ClusterRow, d: recovery.Decision, now: float) -> None:
+        name = c.name
+        n = self.store.node(name, d.node)
+        if n is None:
+            return
+        if d.kind == "mark":
+            self.store.update_node(name, d.node, slurm=d.text, message=d.text,
+                                   slurm_since=n.slurm_since if n.slurm_since is not None else now)
+            what = ("" if "Action:" in d.text else
+                    f"; NodeRecovery Automatic: recovered if still down in {self.recover_after_s:.0f} s"
+                    if node_recovery(c) == "Automatic" else "; NodeRecovery None: shown, not recovered")
+            self.store.add_event(name, "Instance", "Warning", f"{d.node}: {d.text}{what}"[:500], grp=d.group, node=d.node)
+        elif d.kind == "clear":
+            self.store.update_node(name, d.node, slurm=None, slurm_since=None, repairs=0, message="")
+            self.store.add_event(name, "Instance", "Info", f"{d.node}: usable in Slurm again ({d.text})",
+                                 grp=d.group, node=d.node)
+        elif d.kind == "wait":
+            if n.message != d.text:
+                self.store.update_node(name, d.node, message=d.text)
+        elif d.kind == "repair":
+            self.store.update_node(name, d.node, repairs=n.repairs + 1, slurm_since=now,
+                                   message=f"{n.slurm}: restarting slurmd")
+            self.store.add_event(name, "Instance", "Warning", f"{d.node}: {d.text}: restarting slurmd",
+                                 grp=d.group, node=d.node)
+            self._start_task(name, d.node, self._guard(name, Action("repair", node=d.node, group=d.group)))
+        elif d.kind in ("reboot", "replace"):
+            self.store.update_node(name, d.node, pending=d.kind, repairs=n.repairs + (not d.by_user), slurm_since=now,
+                                   message=f"{d.kind} ({d.text})"[:500])
+            self.store.add_event(name, "Instance", "Warning", f"{d.node}: {d.text}: {d.kind}", grp=d.group,
+                                 node=d.node)
+            if not d.by_user:
+                self.group_failed(name, d.group, f"{d.node}: {d.text}")
+
+    async def _do_repair(self, cluster: str, a: Action, ctx=None) -> None:
+        c = self._snap[cluster][0]
+        conf = self.configurer_for(c)
+        if ctx is None:
+            ctx = self.context(cluster)
+        try:
+            why = await conf.restart_slurmd_async(ctx, a.node)
+        except Exception as e:  # noqa: BLE001 - the node stays marked; the next step of the ladder follows
+            why = str(e) or type(e).__name__
+        if why:
+            self.store.add_event(cluster, "Instance", "Warning", f"{a.node}: slurmd restart failed: {why}"[:500],
+                                 grp=a.group, node=a.node)
+
+    async def _take_down(self, cluster: str, node: str, why: str) -> None:
+        """A compute node Slurm knows goes DOWN before its VM is rebooted or replaced: its jobs end now
+        (and a batch job is requeued) instead of after SlurmdTimeout."""
+        n = self.store.node(cluster, node)
+        g = self._group(cluster, n.grp) if n else None
+        if n is None or n.joined_at is None or g.node_type != "Compute":
+            return
+        conf = self.configurer_for(self._snap[cluster][0])
+        try:
+            said = await conf.take_down_async(self.context(cluster), node, why)
+        except Exception as e:  # noqa: BLE001 - best effort: Slurm finds out by itself later
+            said = str(e)
+        if said:
+            log.warning("%s: could not set it DOWN in Slurm first: %s", node, said)
+
+    # ------------------------------------------------------------------ protected mode
+    def group_succeeded(self, cluster: str, group: str) -> None:
+        """A node of the group joined Slurm (or, a controller or login node, is ready): the count of
+        failures in a row starts over (a protected group stays so until resume_group)."""
+        g = next((x for x in self.store.groups(cluster) if x.name == group), None)
+        if g is not None and g.failures:
+            self.store.update_group(cluster, group, failures=0, failed_at=None)
+
+    def group_failed(self, cluster: str, group: str, why: str) -> None:
+        """A node of the group failed, or was rebooted or replaced by recovery: count it; at
+        protect_after in a row the group is protected (nothing of it retried until resume_group)."""
+        g = next((x for x in self.store.groups(cluster) if x.name == group), None)
+        if g is None:
+            return
+        now = self.clock()
+        count, protect = recovery.count_failure(g, now, self.protect_after)
+        vals = {"failures": count, "failed_at": now}
+        if protect:
+            vals["protected"] = (f"{count} failures in a row (the last: {why[:200]}); not retried until "
+                                 f"`slurmlab resume-group {cluster} {group}`")
+        self.store.update_group(cluster, group, **vals)
+        if protect:
+            self.store.add_event(cluster, "InstanceGroup", "Error", f"instance group {group} is protected: "
+                                 f"{vals['protected']}"[:500], grp=group)
+
+
+def resume_group(st: Store, cluster: str, group: str) -> dict:
+    """A protected group tries again: its count starts over and its failed nodes retry now."""
+    c = st.cluster(cluster)
+    if c is None:
+        raise UsageError(f"no cluster named '{cluster}'", "slurmlab list-clusters shows the clusters")
+    groups = {g.name: g for g in st.groups(cluster)}
+    g = groups.get(group)
+    if g is None:
+        raise UsageError(f"cluster '{cluster}' has no instance group '{group}'",
+                         f"its groups: {', '.join(groups) or 'none'}")
+    with st.tx():
+        st.update_group(cluster, group, failures=0, failed_at=None, protected=None)
+        retried = 0
+        for n in st.nodes(cluster):
+            if n.grp == group and n.phase in ("failed", "lost") and n.retry_at != NO_RETRY:
+                st.update_node(cluster, n.name, retry_at=0, **({"phase": "failed"} if n.phase == "lost" else {}))
+                retried += 1
+        st.add_event(cluster, "InstanceGroup", "Info", f"instance group {group} resumed"
+                     + (f" (it was protected: {g.protected})" if g.protected else " (it was not protected)")
+                     + (f"; {retried} failed node(s) retry now" if retried else ""), grp=group)
+    return {"ClusterName": cluster, "InstanceGroupName": group, "WasProtected": g.protected is not None,
+            "Retried": retried}
