@@ -12,6 +12,7 @@ from lab.engine.events import event_id, event_number
 from lab.engine.plan import group_settled, node_status
 from lab.engine.rolling import cluster_box
 from lab.engine.sight import stale_note
+from lab.engine.watching import ENGINE_STALE_S
 from lab.errors import NotFound, UsageError
 from lab.osutil import epoch, iso, iso_seconds, ms
 from lab.store.db import ClusterRow, EventRow, NodeRow, Store
@@ -45,6 +46,20 @@ def get(st: Store, name: str) -> ClusterRow:
 
 
 # ------------------------------------------------------------------------------------ clusters
+def engine_note(seen_at: float | None, status: str, now: float | None = None) -> str | None:
+    """What DescribeCluster says when the engine has not run for ENGINE_STALE_S (None: it runs, or
+    the cluster needs nothing of it)."""
+    import time
+
+    if seen_at is None or status in ("Failed",):
+        return None
+    gap = (now if now is not None else time.time()) - float(seen_at)
+    if gap < ENGINE_STALE_S:
+        return None
+    return (f"the engine has not run for {gap:.0f} s (last seen {iso(float(seen_at))}): nothing is provisioned, "
+            "watched or recovered. Fix: slurmlab engine start (slurmlab engine status, engine.log)")
+
+
 def describe(st: Store, name: str) -> dict:
     c, groups_rows, nodes = st.snapshot(name)
     if c is None:
@@ -86,14 +101,23 @@ def describe(st: Store, name: str) -> dict:
     if c.spec.get("NodeProvisioningMode"):
         out["NodeProvisioningMode"] = c.spec["NodeProvisioningMode"]
     stale = stale_note(c)
-    if c.failure_message or stale:  # a client that reads only the model's fields sees the stale mark here
-        out["FailureMessage"] = "; ".join(m for m in (c.failure_message, stale) if m)
+    seen_at = st.meta("engine_seen_at")
+    gone = engine_note(seen_at, c.status)
+    if c.failure_message or stale or gone:  # a client that reads only the model's fields sees these marks here
+        out["FailureMessage"] = "; ".join(m for m in (c.failure_message, stale, gone) if m)
     out["Lab"] = {"Provider": c.provider, "Simulated": c.provider == "sim",
                   "InServiceTime": iso(c.in_service_at), "FullSizeTime": iso(c.full_size_at)}
     if c.host:
         out["Lab"]["Host"] = c.host
+    if seen_at is not None:
+        out["Lab"]["EngineSeenAt"] = iso(float(seen_at))
     if stale:
         out["Lab"]["Stale"] = {"Since": iso(c.unobserved_since), "Reason": c.unobserved_reason}
+    if c.slurm_problem:  # slurmctld does not answer the engine (lab/engine/watching.py)
+        out["Lab"]["SlurmProblem"] = {"Since": iso(c.slurm_problem_since), "Reason": c.slurm_problem}
+    protected = {g.name: g.protected for g in groups_rows if g.protected}
+    if protected:  # groups that stopped retrying (slurmlab resume-group)
+        out["Lab"]["ProtectedGroups"] = protected
     return out
 
 
@@ -188,6 +212,8 @@ def describe_node(st: Store, name: str, node_id: str) -> dict:
                   "Box": n.image or cluster_box(c)}
     if c.host:
         out["Lab"]["Host"] = c.host
+    if n.slurm:  # Slurm's view of the node (lab/engine/recovery.py) and the recovery steps taken
+        out["Lab"]["Slurm"] = {"State": n.slurm, "Since": iso(n.slurm_since), "RecoverySteps": n.repairs}
     return out
 
 
