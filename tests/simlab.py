@@ -62,7 +62,7 @@ class SimLab:
         self.clock = VirtualClock()
         self.st = Store(tmp_path / "state.db")
         self.prov = provider or SimProvider(boot_time, clock=self.clock, sleep=self.clock.sleep)
-        self.conf = SimConfigurer(configure_time, join_time, leave_time, sleep=self.clock.sleep)
+        self.conf = SimConfigurer(configure_time, join_time, leave_time, sleep=self.clock.sleep, clock=self.clock)
         self.max_attempts = max_attempts
         self.seed = seed
         self.engines = 0

@@ -12,6 +12,8 @@ and the state the console shows.
     POST /_lab/checkpoints {"ClusterName": "demo", "Tag": "step-3", "Action": "Create" | "Restore" | "Delete"}
                           Create and Restore answer {"OperationId"} at once (the engine does the work;
                           the cluster's events say when it is done); Delete answers when it is gone
+    POST /_lab/groups     {"ClusterName": "demo", "InstanceGroupName": "compute", "Action": "Resume"}
+                          a protected group (its nodes failed 5 times in a row) tries again
 """
 
 from __future__ import annotations
@@ -171,3 +173,32 @@ def checkpoint_action(lab: operations.Lab, raw: bytes) -> dict:
     lab.engine()
     return {"ClusterName": name, "Tag": tag, "OperationId": op}
 
+
+
+def group_action(lab: operations.Lab, raw: bytes) -> dict:
+    """POST /_lab/groups {"ClusterName", "InstanceGroupName", "Action": "Resume"}: a protected group
+    (lab/engine/watching.py) tries again."""
+    from lab.engine.watching import resume_group
+    from lab.errors import LabError
+
+    try:
+        body = json.loads(raw.decode("utf-8", errors="replace") or "{}")
+    except json.JSONDecodeError:
+        raise ApiError("SerializationException", "the body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise ApiError("SerializationException", "the body must be a JSON object")
+    problems = [Problem((k,), "unknown field", "give ClusterName, InstanceGroupName and Action")
+                for k in sorted(set(body) - {"ClusterName", "InstanceGroupName", "Action"})]
+    for k in ("ClusterName", "InstanceGroupName"):
+        if not isinstance(body.get(k), str):
+            problems.append(Problem((k,), "missing (required)" if body.get(k) is None else "expected a string"))
+    if body.get("Action") != "Resume":
+        problems.append(Problem(("Action",), f"{body.get('Action')!r} is not Resume"[:200]))
+    if problems:
+        raise model.validation_error(problems)
+    try:
+        out = resume_group(lab.store, body["ClusterName"], body["InstanceGroupName"])
+    except LabError as e:
+        raise ApiError("ResourceNotFound", e.message) from None
+    lab.engine()
+    return out

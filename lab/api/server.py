@@ -305,8 +305,10 @@ class Handler(BaseHTTPRequestHandler):
             return labctl.set_capacity(self.server.lab.store, body, self.headers.get("Content-Type") or "")
         if path == "/_lab/checkpoints":
             return labctl.checkpoint_action(self.server.lab, body)
-        raise ApiError("ResourceNotFound", f"path {path[:100]!r}: the lab's controls are POST /_lab/capacity and "
-                       "/_lab/checkpoints", 404)
+        if path == "/_lab/groups":
+            return labctl.group_action(self.server.lab, body)
+        raise ApiError("ResourceNotFound", f"path {path[:100]!r}: the lab's controls are POST /_lab/capacity, "
+                       "/_lab/checkpoints and /_lab/groups", 404)
 
 
 class ApiServer(ThreadingHTTPServer):

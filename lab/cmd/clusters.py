@@ -279,6 +279,26 @@ app.command("batch-replace-cluster-nodes", help="Replace these nodes with fresh 
     _node_op("replacing", "replace_nodes"))
 
 
+@app.command("resume-group")
+def resume_group(
+    name: str,
+    group: str = typer.Argument(..., help="the instance group to resume"),
+    output: Output = OutputOpt,
+) -> None:
+    """A protected group (its nodes failed 5 times in a row: describe-cluster's Lab.ProtectedGroups)
+    tries again: its failed nodes retry now, recovery resumes."""
+    from lab.engine import daemon
+    from lab.engine.watching import resume_group as resume
+
+    r = resume(store(), name, group)
+    daemon.ensure_running()
+    if output == Output.json:
+        print_json(r)
+    else:
+        out.print(f"{name}/{group}: " + ("resumed" if r["WasProtected"] else "was not protected; nothing to resume")
+                  + (f", {r['Retried']} failed node(s) retry now" if r["Retried"] else ""))
+
+
 @app.command("move-cluster-nodes")
 def move_cluster_nodes(
     name: str,

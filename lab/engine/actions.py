@@ -111,7 +111,7 @@ class Actions:
                 self.store.update_node(cluster, r.name, pending=None)
         shown = ", ".join(batch[:20]) + (f" and {len(batch) - 20} more" if len(batch) > 20 else "")
         groups = {r.grp for r in rows}
-        for g in groups:
+        for g in {r.grp for r in rows if not r.slurm}:  # a node under recovery succeeds when Slurm says so
             self.group_succeeded(cluster, g)
         one = next(iter(groups)) if len(groups) == 1 else None
         self.store.add_event(cluster, "InstanceGroup", "Info",

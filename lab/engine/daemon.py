@@ -132,8 +132,19 @@ def boot_slots() -> dict[str, int]:
     return {"vagrant": max(1, os.cpu_count() or 1)}
 
 
+def _home_of(path) -> tuple[int, int] | None:
+    """The state file's identity (device, inode); None when it is gone."""
+    try:
+        s = os.stat(path)
+    except OSError:
+        return None
+    return s.st_dev, s.st_ino
+
+
 async def serve_forever(idle_exit: float = 5.0) -> None:
     st = store()
+    state = paths.home() / "state.db"
+    home = _home_of(state)
     engine = make_engine(st)
     stop_ev = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -141,6 +152,9 @@ async def serve_forever(idle_exit: float = 5.0) -> None:
         loop.add_signal_handler(sig, stop_ev.set)
     idle_since = None
     while not stop_ev.is_set():
+        if _home_of(state) != home:  # its folder deleted or replaced: nothing here is this engine's any more
+            log.warning("state %s is gone (deleted or replaced): engine exits", state)
+            break
         await engine.step()
         if not st.clusters() and not engine.tasks:
             idle_since = idle_since or time.monotonic()

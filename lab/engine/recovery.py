@@ -11,9 +11,10 @@ decisions, no I/O:
   time the node is still down `recover_after_s` after the previous one. With NodeRecovery None: the
   mark only.
 - a reason set by a user, as HyperPod documents it (`scontrol update node=X state=fail
-  reason="Action:Replace"`): `Action:Reboot` -> `reboot`, `Action:Replace` -> `replace`, whatever
-  NodeRecovery says. With state FAIL and a job still on the node (FAILING) the lab waits for the job,
-  as HyperPod does; `state=down` kills the jobs at once and the node goes at once. Any other reason
+  reason="Action:Replace"`; drain and down count too): `Action:Reboot` -> `reboot`,
+  `Action:Replace` -> `replace`, whatever NodeRecovery says. With a job still on the node (FAILING,
+  DRAINING) the lab waits for the job, as HyperPod does; `state=down` kills the jobs at once and the
+  node goes at once. Any other reason
   (a user's drain, a FAIL for their own reasons) is the user's business: shown, never acted on.
 - protected mode: a group whose nodes failed PROTECT_AFTER times in a row (each within
   PROTECT_WINDOW_S of the one before: launches, configures, reboots and replaces by recovery) stops
@@ -115,7 +116,8 @@ def assess(nodes, groups, view: dict[str, SlurmNode], taken_at: float, now: floa
         if (g is None or g.node_type != "Compute" or sn is None or n.phase != "running" or n.pending
                 or n.joined_at is None or n.joined_at > taken_at or n.name in busy):
             continue  # not in Slurm yet, or Slurm's answer is older than the node's join
-        trouble = sn.trouble()
+        asked = sn.action()  # drained, failed or down by a user with an Action: reason
+        trouble = sn.trouble() or (f"Slurm: {sn.state} ({sn.reason})" if asked else None)
         if trouble is None and n.slurm is None:
             continue
         if trouble is None:
@@ -123,7 +125,6 @@ def assess(nodes, groups, view: dict[str, SlurmNode], taken_at: float, now: floa
             continue
         if trouble != n.slurm:
             out.append(Decision("mark", n.name, n.grp, trouble))
-        asked = sn.action()
         if asked:
             if sn.busy:  # FAILING: HyperPod waits for the node's jobs; `state=down` would kill them
                 out.append(Decision("wait", n.name, n.grp, f"{sn.reason}: waiting for the jobs on it to end"))

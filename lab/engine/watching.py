@@ -111,6 +111,7 @@ class Watching:
             self.store.add_event(name, "Instance", "Warning", f"{d.node}: {d.text}{what}"[:500], grp=d.group, node=d.node)
         elif d.kind == "clear":
             self.store.update_node(name, d.node, slurm=None, slurm_since=None, repairs=0, message="")
+            self.group_succeeded(name, d.group)
             self.store.add_event(name, "Instance", "Info", f"{d.node}: usable in Slurm again ({d.text})",
                                  grp=d.group, node=d.node)
         elif d.kind == "wait":

@@ -19,12 +19,14 @@ class SimConfigurer(Configurer):
     simulated = True
 
     def __init__(self, configure_time: float = 0.5, join_time: float = 0.3, leave_time: float = 0.2, *,
-                 health_time: float = 1.0, sleep: Callable[[float], Awaitable[None]] | None = None):
+                 health_time: float = 1.0, sleep: Callable[[float], Awaitable[None]] | None = None,
+                 clock: Callable[[], float] = time.time):
         self.configure_time = configure_time
         self.health_time = health_time
         self.join_time = join_time
         self.leave_time = leave_time
         self.sleep = sleep or asyncio.sleep
+        self.clock = clock  # when Slurm's view was taken (the engine's clock: a VirtualClock in tests)
         self.calls: list[tuple] = []
         # Simulated Slurm (lab/engine/recovery.py): the nodes joined, and the ones a test broke:
         # node -> (state, reason). A restart of slurmd mends a broken node unless it is in `sticky`.
@@ -49,7 +51,7 @@ class SimConfigurer(Configurer):
         self.calls.append(("slurm_nodes",))
         if self.slurmctld_down:
             raise SlurmUnreachable(self.slurmctld_down)
-        return {n: SlurmNode(n, *self.broken.get(n, ("idle", ""))) for n in sorted(self.in_slurm)}, time.time()
+        return {n: SlurmNode(n, *self.broken.get(n, ("idle", ""))) for n in sorted(self.in_slurm)}, self.clock()
 
     async def slurm_nodes_async(self, ctx, faults: dict):
         return self.slurm_nodes(ctx, faults)
@@ -66,7 +68,7 @@ class SimConfigurer(Configurer):
 
     def take_down(self, ctx, node: str, why: str) -> str:
         self.calls.append(("take_down", node))
-        if node in self.in_slurm:
+        if node in self.in_slurm and node not in self.sticky:  # a sticky fault shows through
             self.broken[node] = ("down", f"slurmlab: {why}")
         return ""
 
