@@ -93,3 +93,18 @@ def test_console_screenshot(api, tmp_path):
 def test_console_without_clusters(api, tmp_path):
     text = text_of(chromium(tmp_path, api.url + "/", "--dump-dom", budget_ms=2000).stdout)
     assert "no clusters yet" in text and "every instance type is unlimited" in text
+
+
+def test_console_shows_what_slurm_says_and_a_protected_group(api, tmp_path):
+    """Issue 26: a node Slurm calls down shows its Slurm state, a slurmctld that does not answer and a
+    protected group are named on the cluster's card."""
+    seed_cluster(api.store, "demo", computes=2)
+    api.store.update_node("demo", "demo-compute-2", slurm="Slurm: down* (Not responding)",
+                          message="Slurm: down* (Not responding)", slurm_since=time.time())
+    api.store.update_cluster("demo", slurm_problem="slurmctld on demo-controller-1 does not answer: connect failure",
+                             slurm_problem_since=time.time())
+    api.store.update_group("demo", "compute", status="Degraded", failures=5, protected="5 failures in a row (the last: x)")
+    text = text_of(chromium(tmp_path, api.url + "/", "--dump-dom").stdout)
+    assert "Slurm: down* (Not responding)" in text
+    assert "Slurm does not answer: slurmctld on demo-controller-1 does not answer: connect failure" in text
+    assert "instance group compute is protected: 5 failures in a row (the last: x)" in text
