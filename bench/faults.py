@@ -22,6 +22,12 @@ private $SLURMLAB_HOME (a new /tmp/slurmlab-faults-*, kept for its logs). The sc
                                  InsufficientCapacity, retried), then filled while the VM boots (qemu
                                  pauses the VMs that write; the engine marks them and resumes them once
                                  the filler is gone)
+  slurmd_stopped                 compute-1's slurmd stopped: Slurm calls it down* (SlurmdTimeout), the
+                                 lab shows it and restarts slurmd (recovery, docs/recovery.md); time
+                                 from the stop to idle again, and until the lab showed it
+  action_replace_under_auto_resume  an `srun --auto-resume=1 -N2` step writing its progress to /home;
+                                 compute-2 set `state=down reason="Action:Replace"` while it runs: the
+                                 VM is replaced under its name, the step starts again and finishes
   delete_interrupted             `slurmlab delete-cluster` interrupted (SIGINT) 1-4 s into the delete,
                                  run again if the cluster is not gone by then
 
@@ -316,6 +322,52 @@ def vm_killed_while_booting(lab: Lab, rng: random.Random) -> dict:
     return _then_scale_in(lab, new, recover, f"{new} destroyed while {killed_in}; Running {recover:.0f} s later")
 
 
+def _sinfo(node: str) -> str:
+    return on("controller", f"sinfo -h -N -n {node} -o %T", check=False).strip()
+
+
+def slurmd_stopped(lab: Lab, rng: random.Random) -> dict:
+    lab.wait(lambda: _sinfo(C1) == "idle", 300, f"{C1} idle")
+    t0 = time.time()
+    on(C1, "sudo systemctl stop slurmd")
+    down = lab.wait(lambda: "down" in _sinfo(C1) or "*" in _sinfo(C1), 600, "Slurm to call it down")
+    shown = lab.wait(lambda: (lab.node(C1).slurm or "").startswith("Slurm:"), 120, "the lab to show it")
+    lab.wait(lambda: _sinfo(C1) == "idle" and lab.node(C1).slurm is None, 900, f"{C1} repaired")
+    hosts = sorted(on("controller", "srun -p dev -N2 hostname").split())
+    steps = [e.description for e in lab.st.events(NAME) if e.time >= t0 and e.node == C1]
+    return {"recover_s": round(time.time() - t0, 1), "survived_extra": hosts == [C1, C2],
+            "slurm_down_after_s": round(down, 1), "lab_showed_after_s": round(shown, 1),
+            "detail": f"Slurm said down {down:.0f} s after the stop, the lab {shown:.0f} s after that; idle again "
+                      f"{time.time() - t0:.0f} s after the stop ({'; '.join(x.split(': ', 1)[-1][:60] for x in steps[-3:])}); "
+                      f"srun -N2: {' '.join(hosts)}"}
+
+
+AUTO_RESUME_STEP = ("mkdir -p ~/ar && h=$(hostname) && i=$(cat ~/ar/$h 2>/dev/null || echo 0) && "
+                    "while [ $i -lt 60 ]; do i=$((i + 1)); echo $i > ~/ar/$h; sleep 2; done && echo finished-$h")
+
+
+def action_replace_under_auto_resume(lab: Lab, rng: random.Random) -> dict:
+    import shlex
+
+    iid = lab.node(C2).instance_id
+    on("controller", "rm -rf ~/ar ~/ar.out; (nohup srun --auto-resume=1 -p dev -N2 --ntasks-per-node=1 sh -c "
+       f"{shlex.quote(AUTO_RESUME_STEP)} > ~/ar.out 2>&1; echo exit=$? >> ~/ar.out) > /dev/null 2>&1 &")
+    lab.wait(lambda: on("controller", "cat ~/ar/* 2>/dev/null | wc -l").strip() == "2", 300, "the step on both nodes")
+    time.sleep(rng.uniform(5, 20))
+    before = on("controller", f"cat ~/ar/{C2}").strip()
+    t0 = time.time()
+    on("controller", f"sudo scontrol update nodename={C2} state=down reason='Action:Replace'")
+    lab.wait(lambda: lab.node(C2).instance_id != iid and lab.node(C2).phase == "running", 1500, f"{C2} replaced")
+    replaced = time.time() - t0
+    lab.wait(lambda: "exit=" in on("controller", "cat ~/ar.out"), 900, "the step to end")
+    out = on("controller", "cat ~/ar.out")
+    ok = "exit=0" in out and "starting the step again" in out and f"finished-{C2}" in out
+    return {"recover_s": round(time.time() - t0, 1), "survived_extra": ok, "replaced_after_s": round(replaced, 1),
+            "detail": f"{C2} replaced (new instance, same name) {replaced:.0f} s after Action:Replace at step {before}/60; "
+                      f"the auto-resume step {'restarted and finished' if ok else 'did not finish: ' + out[-300:]!r} "
+                      f"{time.time() - t0:.0f} s after"}
+
+
 HOG = """
 import mmap, sys, time
 n = int(sys.argv[1]) << 20
@@ -530,7 +582,8 @@ def delete_interrupted(lab: Lab, rng: random.Random) -> dict:
                                        if status != "gone" else "the engine had finished it")}
 
 
-SCENARIOS = [engine_sigkill_during_create, vm_killed_after_join, sshd_stopped, vm_killed_while_booting,
+SCENARIOS = [engine_sigkill_during_create, vm_killed_after_join, sshd_stopped, slurmd_stopped,
+             action_replace_under_auto_resume, vm_killed_while_booting,
              host_memory_too_small, libvirtd_restart_in_scale_out, pool_disk_full, delete_interrupted]
 
 
