@@ -1,0 +1,78 @@
+"""srun --auto-resume=1 (roles/common/files/srun-auto-resume, installed as /usr/local/bin/srun): which
+words are srun's option and which are the command's, plain srun unchanged, a NODE_FAIL restarts the
+step, any other failure does not, the restart limit. The real thing runs in e2e
+(test_action_replace_under_an_auto_resume_step)."""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+PATH = Path(__file__).resolve().parents[2] / "roles" / "common" / "files" / "srun-auto-resume"
+
+
+def exit_():
+    raise SystemExit(0)  # os.execv does not return
+
+
+@pytest.fixture
+def wrapper():
+    loader = importlib.machinery.SourceFileLoader("srun_auto_resume", str(PATH))
+    spec = importlib.util.spec_from_loader("srun_auto_resume", loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("argv,want,rest", [
+    (["--auto-resume=1", "-N2", "train.sh"], "1", ["-N2", "train.sh"]),
+    (["-N", "2", "--auto-resume", "1", "-p", "dev", "hostname"], "1", ["-N", "2", "-p", "dev", "hostname"]),
+    (["-N2", "sh", "-c", "echo --auto-resume=1"], None, ["-N2", "sh", "-c", "echo --auto-resume=1"]),  # the command's
+    (["--auto-resume=0", "hostname"], "0", ["hostname"]),
+    (["-w", "a,b", "--", "--auto-resume=1"], None, ["-w", "a,b", "--", "--auto-resume=1"]),
+])
+def test_split_finds_only_sruns_own_option(wrapper, argv, want, rest):
+    assert wrapper.split(argv) == (want, rest)
+
+
+def test_without_the_option_it_is_slurms_srun(wrapper, monkeypatch):
+    called = []
+    monkeypatch.setattr(wrapper.os, "execv", lambda path, args: called.append((path, args)) or exit_())
+    monkeypatch.setattr(wrapper, "run", lambda args: pytest.fail("must exec, not run"))
+    with pytest.raises(SystemExit):
+        wrapper.main(["-N2", "hostname"])
+    assert called == [("/usr/bin/srun", ["/usr/bin/srun", "-N2", "hostname"])]
+
+
+def test_a_node_failure_restarts_the_step_and_another_failure_does_not(wrapper, monkeypatch, capsys):
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    codes, ran = [1, 0], []
+    monkeypatch.setattr(wrapper, "run", lambda args: ran.append(args) or codes.pop(0))
+    monkeypatch.setattr(wrapper, "job_state", lambda tag: ("12", "NODE_FAIL"))
+    assert wrapper.main(["--auto-resume=1", "-N2", "train.sh"]) == 0
+    assert len(ran) == 2 and ran[0] == ran[1] and ran[0][0].startswith("--comment=slurmlab-auto-resume-")
+    assert "job 12 ended NODE_FAIL (a node failed): starting the step again (restart 1 of 3)" in capsys.readouterr().err
+    monkeypatch.setattr(wrapper, "run", lambda args: 7)
+    monkeypatch.setattr(wrapper, "job_state", lambda tag: ("13", "FAILED"))
+    assert wrapper.main(["--auto-resume=1", "false"]) == 7  # the program's own failure: not restarted
+
+
+def test_the_restarts_are_bounded(wrapper, monkeypatch):
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.setenv("SLURMLAB_AUTO_RESUME_MAX", "2")
+    ran = []
+    monkeypatch.setattr(wrapper, "run", lambda args: ran.append(1) or 1)
+    monkeypatch.setattr(wrapper, "job_state", lambda tag: ("12", "NODE_FAIL"))
+    assert wrapper.main(["--auto-resume=1", "x"]) == 1 and len(ran) == 3
+
+
+def test_inside_an_allocation_it_says_so_and_runs_srun_once(wrapper, monkeypatch, capsys):
+    monkeypatch.setenv("SLURM_JOB_ID", "5")
+    called = []
+    monkeypatch.setattr(wrapper.os, "execv", lambda path, args: called.append(args) or exit_())
+    with pytest.raises(SystemExit):
+        wrapper.main(["--auto-resume=1", "train.sh"])
+    assert called == [["/usr/bin/srun", "train.sh"]] and "requeues a batch job" in capsys.readouterr().err
