@@ -76,3 +76,12 @@ def test_inside_an_allocation_it_says_so_and_runs_srun_once(wrapper, monkeypatch
     with pytest.raises(SystemExit):
         wrapper.main(["--auto-resume=1", "train.sh"])
     assert called == [["/usr/bin/srun", "train.sh"]] and "requeues a batch job" in capsys.readouterr().err
+
+
+def test_the_users_own_comment_finds_the_job(wrapper, monkeypatch):
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    tags, codes, ran = [], [1, 0], []
+    monkeypatch.setattr(wrapper, "run", lambda args: ran.append(args) or codes.pop(0))
+    monkeypatch.setattr(wrapper, "job_state", lambda tag: tags.append(tag) or ("12", "NODE_FAIL"))
+    assert wrapper.main(["--auto-resume=1", "--comment", "run-7", "train.sh"]) == 0
+    assert tags == ["run-7"] and ran[0] == ["--comment", "run-7", "train.sh"]
