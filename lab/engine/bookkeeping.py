@@ -164,7 +164,7 @@ class Bookkeeping:
 
     # ------------------------------------------------------------------ failures
     def _fail(self, cluster: str, node: str, message: str, *, keep_phase: bool = False,
-              permanent: bool = False, level: str = "Error") -> None:
+              permanent: bool = False, level: str = "Error", counted: bool = True) -> None:
         """The node failed a step: Failure with the reason; retried after a backoff, or never by
         itself when `permanent` (retry_at NO_RETRY: the planner leaves it alone)."""
         n = self.store.node(cluster, node)
@@ -185,7 +185,7 @@ class Bookkeeping:
         self.store.update_node(cluster, node, **vals)
         self.store.add_event(cluster, "Instance", level, said, grp=n.grp, node=node,
                              operation_id=self._op_of(cluster, node, n.grp))
-        if level == "Error" and not keep_phase:
+        if level == "Error" and not keep_phase and counted:
             self.group_failed(cluster, n.grp, f"{node}: {message}")  # protected mode (lab/engine/watching.py)
 
     def _unreachable(self, cluster: str, node: str) -> None:

@@ -304,8 +304,13 @@ class Engine(Bookkeeping, Actions, Rolling, Checkpointing, HostLoss, Watching):
                 return
             failures = e.failures if isinstance(e, ConfigureError) else {}
             permanent = isinstance(e, LaunchError) and e.permanent
+            counted: set[str] = set()  # a batch that failed is one failure of each of its groups (protected mode)
             for node in ([a.node] if a.node else list(a.batch)):
+                n = self.store.node(cluster, node)
                 self._fail(cluster, node, f"{a.kind} failed: {failures.get(node) or e}",
-                           keep_phase=a.kind in ("remove", "leave"), permanent=permanent)
+                           keep_phase=a.kind in ("remove", "leave"), permanent=permanent,
+                           counted=n is not None and n.grp not in counted)
+                if n is not None:
+                    counted.add(n.grp)
             if a.kind == "configure" and " unreachable" in str(failures.get(a.node) or e):
                 self._unreachable(cluster, a.node)

@@ -227,3 +227,27 @@ def test_an_engine_whose_state_folder_is_deleted_exits(tmp_path, monkeypatch):
         await asyncio.wait_for(task, timeout=10)  # it ends by itself (a cluster is still "there")
 
     asyncio.run(go())
+
+
+def test_a_failed_join_of_a_batch_is_one_failure_of_its_group(tmp_path):
+    """Protected mode counts failed steps, not nodes: a join of 2 nodes that fails once counts 1."""
+    from lab.configure.base import ConfigureError
+
+    async def go():
+        lab = SimLab(tmp_path)
+        real, failed = lab.conf.join_async, []
+
+        async def join_once(ctx, batch):
+            if not failed and len(batch) == 2:
+                failed.append(tuple(batch))
+                raise ConfigureError("join.yml failed: slurmctld busy")
+            return await real(ctx, batch)
+
+        lab.conf.join_async = join_once
+        lab.create(spec_text())
+        await lab.run_until(lambda: bool(failed) and group(lab).failures > 0)
+        assert group(lab).failures == 1 and failed == [(C1, C2)]
+        await lab.run_until(lambda: lab.full("demo"))
+        assert group(lab).failures == 0  # the retried join succeeded: the count starts over
+
+    asyncio.run(go())
