@@ -64,6 +64,7 @@ class Case:
     recovery: str | None = None  # NodeRecovery (None: Automatic)
     in_service_at: float | None = None
     group_status: dict[str, str] = field(default_factory=dict)  # group -> its recorded status
+    protected: dict[str, str] = field(default_factory=dict)  # group -> why it is protected (recovery.py)
 
 
 ALL_PLANNED = {"controller-1": "planned", "login-1": "planned", "compute-1": "planned", "compute-2": "planned"}
@@ -358,6 +359,24 @@ CASES = [
     Case("an attaching node joins like any configured node",
          {**CTL_UP, "compute-1": "configured"}, {"join": [(("compute-1",), "alone")], "detach": []},
          status="InService", computes=1, extra={"compute-1": {"pending": "attach", **configured(60)}}),
+    # ---- issue 26: protected groups, Slurm's marks (the rules themselves: tests/unit/test_recovery.py)
+    Case("protected group: its failed node is not retried, the group Degraded",
+         {**CTL_UP, "compute-1": "failed", "compute-2": "running"}, {"launch": [], "configure": [],
+                                                                     "status": {"compute": "Degraded"}},
+         extra={"compute-1": {"booted_at": None, "retry_at": NOW - 1, "attempts": 5}}, status="InService",
+         protected={"compute": "5 failures in a row"}),
+    Case("protected group: a VM that died is kept lost even with NodeRecovery Automatic",
+         {**CTL_UP, "compute-1": "running", "compute-2": "running"}, {"lost": [], "keep_lost": ["compute-1"]},
+         observed={"compute-1": "shutoff"}, status="InService", protected={"compute": "5 failures in a row"}),
+    Case("protected group: a planned node (a replacement decided before) still launches",
+         {**CTL_UP, "compute-1": "planned", "compute-2": "running"}, {"launch": ["compute-1"]},
+         status="InService", protected={"compute": "5 failures in a row"}),
+    Case("a node Slurm calls down: its group Degraded though every VM runs",
+         {**CTL_UP, "compute-1": "running", "compute-2": "running"}, {"status": {"compute": "Degraded"}},
+         extra={"compute-1": {"slurm": "Slurm: down* (Not responding)"}}, status="InService"),
+    Case("the mark gone: InService again",
+         {**CTL_UP, "compute-1": "running", "compute-2": "running"}, {"status": {"compute": "InService"}},
+         status="InService", group_status={"compute": "Degraded"}),
 ]
 
 
@@ -365,6 +384,7 @@ def run_case(c: Case) -> planner.Plan:
     gs = groups(computes=c.computes, logins=int(any(k.startswith("login") for k in c.nodes)), gpus=c.gpus)
     for g in gs:
         g.status = c.group_status.get(g.name, g.status)
+        g.protected = c.protected.get(g.name)
     nodes = [node(short, phase, **c.extra.get(short, {})) for short, phase in c.nodes.items()]
     # a VM for every node whose phase says it has one (a failed node that had booted keeps it)
     observed = {n.name: "running" for n in nodes if n.phase in VM_UP_PHASES or (n.phase == "failed" and n.booted_at)}
