@@ -73,9 +73,32 @@ def restart_slurmd(ctx: ClusterContext, node: str) -> str:
         p = _run(ctx, n.address, "sudo systemctl restart slurmd && systemctl is-active slurmd", 120)
     except subprocess.TimeoutExpired:
         return "systemctl restart slurmd did not return within 120 s"
-    if p.returncode == 0:
-        return ""
-    return (p.stderr or p.stdout).strip()[-300:] or f"exit {p.returncode}"
+    if p.returncode != 0:
+        return (p.stderr or p.stdout).strip()[-300:] or f"exit {p.returncode}"
+    return _resume_if(ctx, node, SLURMS_OWN)
+
+
+# Reasons Slurm itself gives a node it took down; after a slurmd restart such a node is resumed.
+# (ReturnToService=1 returns a node that was not responding by itself; not one that rebooted.)
+SLURMS_OWN = ("Not responding", "Node unexpectedly rebooted")
+
+
+def _resume_if(ctx: ClusterContext, node: str, reasons: tuple[str, ...]) -> str:
+    """Resume the node when it is DOWN and its Slurm reason starts with one of `reasons` (scontrol
+    refuses to resume a node that is not down or drained); what went wrong ("": done)."""
+    ctl = _controller(ctx)
+    if ctl is None:
+        return "no controller"
+    cases = "|".join(shlex.quote(r) + "*" for r in reasons)
+    q = shlex.quote(node)
+    cmd = (f"s=$(sinfo --noheader --Node --nodes {q} --format='%T|%E' | head -n 1); r=${{s#*|}}; "
+           f"case \"${{s%%|*}}\" in down*) case \"$r\" in {cases}) "
+           f"sudo scontrol update nodename={q} state=resume;; esac;; esac")
+    try:
+        p = _run(ctx, ctl.address, cmd, 60, shared=True)
+    except subprocess.TimeoutExpired:
+        return "resuming it in Slurm did not return within 60 s"
+    return "" if p.returncode == 0 else ((p.stderr or p.stdout).strip()[-300:] or f"exit {p.returncode}")
 
 
 def take_down(ctx: ClusterContext, node: str, why: str) -> str:

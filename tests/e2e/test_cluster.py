@@ -370,7 +370,7 @@ def test_health_check_finds_the_stopped_slurmd_and_brings_the_node_back():
     finally:
         if on(node, "systemctl is-active slurmd || true").strip() != "active":
             on(node, "sudo systemctl start slurmd")
-        # ReturnToService=2: the node comes back when its slurmd registers again
+        # ReturnToService=1: the node comes back when its slurmd registers again (it was not responding)
         deadline = time.monotonic() + 300
         while on("login", f"sinfo -h -N -n {node} -o %T").strip() != "idle" and time.monotonic() < deadline:
             on("controller", f"sudo scontrol update nodename={node} state=resume 2>/dev/null || true")

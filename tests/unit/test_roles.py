@@ -183,7 +183,7 @@ def test_slurm_conf_nodes_and_partitions(rendered):
         "SelectTypeParameters=CR_Core_Memory", "AccountingStorageType=accounting_storage/slurmdbd",
         "AccountingStorageHost=demo-controller-1", "GresTypes=gpu",
         "DefMemPerCPU=400",  # the smallest node's memory per CPU (demo-gpu-1: 400 MiB, 1 CPU)
-        "ReturnToService=2", "MailProg=/bin/true", "DebugFlags=GLOB_SILENCE", "SlurmUser=slurm",
+        "ReturnToService=1", "MailProg=/bin/true", "DebugFlags=GLOB_SILENCE", "SlurmUser=slurm",
     ):
         assert setting in text.splitlines()
     keys = [line.split("=", 1)[0] for line in text.splitlines()
