@@ -141,3 +141,32 @@ def test_failures_in_a_row_protect_the_group_at_the_limit_and_a_long_gap_starts_
     assert count_failure(g, NOW + 10) == (PROTECT_AFTER + 1, False)  # protected once, not again
     g.protected = None
     assert count_failure(g, NOW + PROTECT_AFTER + PROTECT_WINDOW_S + 1) == (1, False)  # long after: a new count
+
+
+def test_a_poll_that_hangs_drops_the_kept_connection_and_says_slurm_does_not_answer(monkeypatch, tmp_path):
+    """Found in CI: after a checkpoint restore the kept ssh connection to the controller was dead and
+    every later poll hung 60 s on it. Now a hung poll ends that connection (ssh -O exit)."""
+    import subprocess
+    from pathlib import Path
+
+    from lab.configure import slurmstate
+    from lab.configure.inventory import ClusterContext
+
+    monkeypatch.setenv("SLURMLAB_HOME", str(tmp_path))
+    ctl = NodeRow(cluster="demo", name="demo-controller-1", grp="controller", ordinal=1, instance_id="i-c",
+                  address="10.0.0.1", mac="m", phase="running")
+    ctx = ClusterContext("demo", groups(), [ctl], Path("/k"), Path("/m"), "ssh")
+    calls = []
+
+    def run(cmd, **kw):
+        calls.append(cmd)
+        if "-O" in cmd:
+            return subprocess.CompletedProcess(cmd, 0, "", "")
+        raise subprocess.TimeoutExpired(cmd, kw.get("timeout"))
+
+    monkeypatch.setattr(slurmstate.subprocess, "run", run)
+    with pytest.raises(slurmstate.SlurmUnreachable, match="did not return within 60 s"):
+        slurmstate.read(ctx)
+    assert "ServerAliveInterval=5" in calls[0] and len(calls) == 2, calls
+    drop = calls[1]
+    assert drop[drop.index("-O") + 1] == "exit" and drop[-1] == "vagrant@10.0.0.1", drop
