@@ -138,18 +138,24 @@ def checkpoints_of(lab: operations.Lab, name: str) -> list[dict]:
              **({"Simulated": True} if r.get("simulated") else {})} for r in rows]
 
 
+def _json_object(raw: bytes) -> dict:
+    """A POST body that must be one JSON object (SerializationException otherwise)."""
+    try:
+        body = json.loads(raw.decode("utf-8", errors="replace") or "{}")
+    except json.JSONDecodeError:
+        raise ApiError("SerializationException", "the body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise ApiError("SerializationException", "the body must be a JSON object")
+    return body
+
+
 def checkpoint_action(lab: operations.Lab, raw: bytes) -> dict:
     """POST /_lab/checkpoints: Create, Restore or Delete one checkpoint of a cluster."""
     from lab.engine import checkpoints
     from lab.errors import LabError
 
-    try:
-        body = json.loads(raw.decode("utf-8", errors="replace") or "{}")
-    except json.JSONDecodeError:
-        raise ApiError("SerializationException", "the body is not valid JSON") from None
+    body = _json_object(raw)
     problems = []
-    if not isinstance(body, dict):
-        raise ApiError("SerializationException", "the body must be a JSON object")
     for k in sorted(set(body) - {"ClusterName", "Tag", "Action"}):
         problems.append(Problem((k,), "unknown field", "give ClusterName, Tag and Action"))
     for k in ("ClusterName", "Tag"):
@@ -181,12 +187,7 @@ def group_action(lab: operations.Lab, raw: bytes) -> dict:
     from lab.engine.watching import resume_group
     from lab.errors import LabError
 
-    try:
-        body = json.loads(raw.decode("utf-8", errors="replace") or "{}")
-    except json.JSONDecodeError:
-        raise ApiError("SerializationException", "the body is not valid JSON") from None
-    if not isinstance(body, dict):
-        raise ApiError("SerializationException", "the body must be a JSON object")
+    body = _json_object(raw)
     problems = [Problem((k,), "unknown field", "give ClusterName, InstanceGroupName and Action")
                 for k in sorted(set(body) - {"ClusterName", "InstanceGroupName", "Action"})]
     for k in ("ClusterName", "InstanceGroupName"):
