@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from lab import settings
 
 HERE = Path(__file__).resolve().parent
 CUSTOMIZE_SCRIPT = HERE / "customize.sh"
@@ -22,8 +23,8 @@ RECIPE_REVISION = 2
 
 BOX_FILENAME = "slurmlab-trixie-slurm.box"
 MARKER_FILENAME = "slurmlab.json"
-MIRROR_ENV = "SLURMLAB_DEBIAN_MIRROR"
-DEFAULT_MIRROR = "http://deb.debian.org/debian"
+MIRROR_ENV = settings.DEBIAN_MIRROR.name
+DEFAULT_MIRROR = settings.DEBIAN_MIRROR.default
 
 PACKAGES: tuple[str, ...] = (
     "linux-image-cloud-amd64",
@@ -96,7 +97,7 @@ class Recipe:
 
 def default_recipe() -> Recipe:
     """The recipe for this host: the mirror may be overridden with $SLURMLAB_DEBIAN_MIRROR."""
-    mirror = os.environ.get(MIRROR_ENV, "").strip() or DEFAULT_MIRROR
+    mirror = settings.DEBIAN_MIRROR.get()
     return Recipe(mirror=mirror.rstrip("/"))
 
 

@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from lab import exitcodes
+from lab import exitcodes, paths
 from lab.cmd.base import OutputOpt, app, box_app, box_progress, host_app
 from lab.output import Output, out, print_json
 
@@ -42,7 +42,7 @@ def host_up(output: Output = OutputOpt) -> None:
 
     libvirtd.up()
     st = libvirtd.daemon_state("libvirtd")
-    data = {"mode": mode.detect(), "netns": os.environ.get("SLURMLAB_NETNS", "slurmlab") if mode.uses_netns() else None,
+    data = {"mode": mode.detect(), "netns": paths.netns() if mode.uses_netns() else None,
             "libvirtd_pid": st.pid, "uri": libvirtd.URI, "pool": libvirtd.POOL}
     if output == Output.json:
         print_json(data)

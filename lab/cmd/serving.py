@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from lab import exitcodes
+from lab import exitcodes, settings
 from lab.cmd.base import app, store
 from lab.output import err
 
@@ -73,7 +73,7 @@ def serve(
     from pathlib import Path
 
     if state_dir:
-        os.environ["SLURMLAB_HOME"] = str(Path(state_dir).expanduser().resolve())
+        os.environ[settings.HOME.name] = str(Path(state_dir).expanduser().resolve())
     from lab import api, paths
 
     if log_requests:

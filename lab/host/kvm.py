@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from lab import settings
+
 
 @dataclass(frozen=True)
 class KvmStatus:
@@ -35,9 +37,9 @@ def classify(*, dev_exists: bool, dev_rw: bool, flags: set[str], modules: str) -
 
 
 def detect() -> KvmStatus:
-    forced = os.environ.get("SLURMLAB_DRIVER")
-    if forced in ("kvm", "qemu"):
-        return KvmStatus(forced == "kvm", forced, f"forced by SLURMLAB_DRIVER={forced}")
+    forced = settings.DRIVER.get()
+    if forced:
+        return KvmStatus(forced == "kvm", forced, f"forced by {settings.DRIVER.name}={forced}")
     dev = Path("/dev/kvm")
     try:
         cpuinfo = Path("/proc/cpuinfo").read_text()

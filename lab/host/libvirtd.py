@@ -16,13 +16,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab import paths
+from lab import paths, settings
 from lab.errors import HostError
 from lab.host import mode
 from lab.host.run import run
 
 URI = "qemu:///system"
-POOL = os.environ.get("SLURMLAB_POOL", "slurmlab")  # its folder: paths.pool_dir()
+POOL = settings.POOL.get()  # its folder: paths.pool_dir()
 SOCKET = Path("/run/libvirt/libvirt-sock")
 PIDFILES = {"virtlogd": Path("/run/virtlogd.pid"), "libvirtd": Path("/run/libvirtd.pid")}
 QEMU_WRAPPER = "qemu-system-x86_64-tcg"

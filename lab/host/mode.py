@@ -8,13 +8,14 @@ and libvirtd inside it, and runs every VM-facing command there (see docs/adr/000
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from lab import settings
 
 
 def detect() -> str:
-    forced = os.environ.get("SLURMLAB_HOST_MODE")
-    if forced in ("netns", "systemd"):
+    forced = settings.HOST_MODE.get()
+    if forced:
         return forced
     return "systemd" if Path("/run/systemd/system").is_dir() else "netns"
 

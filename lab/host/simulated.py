@@ -18,14 +18,14 @@ import signal
 import time
 from pathlib import Path
 
-from lab import paths
+from lab import paths, settings
 from lab.errors import HostError
 from lab.host.registry import Host
 from lab.host.run import run
 
 
 def folder(name: str) -> Path:
-    return Path(os.environ.get("SLURMLAB_HOSTS_DIR", "/var/lib/slurmlab-hosts")) / name
+    return settings.HOSTS_DIR.get() / name
 
 
 def netns(name: str) -> str:

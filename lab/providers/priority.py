@@ -16,17 +16,16 @@ import threading
 import time
 from pathlib import Path
 
+from lab import settings
+
 log = logging.getLogger(__name__)
 
 # $SLURMLAB_CONTROLLER_NICE overrides it (0: no priority; bench/cluster_timeline.py compares both).
-CONTROLLER_NICE = -5
+CONTROLLER_NICE = settings.CONTROLLER_NICE.default
 
 
 def controller_nice() -> int:
-    try:
-        return int(os.environ.get("SLURMLAB_CONTROLLER_NICE", CONTROLLER_NICE))
-    except ValueError:
-        return CONTROLLER_NICE
+    return settings.CONTROLLER_NICE.get()
 PID_DIR = Path("/run/libvirt/qemu")
 
 

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from lab import settings
+
 SUITE = Path(__file__).resolve().parent / "suite"
 
 
@@ -41,7 +43,7 @@ def ssh_environment(ssh_executable: str) -> dict[str, str]:
         (folder / "ssh").symlink_to(exe)
     env = dict(os.environ)
     env["PATH"] = f"{folder}:{env.get('PATH', '/usr/bin:/bin')}"
-    env["SLURMLAB_VERIFY_BACKEND"] = "ssh"
+    env[settings.VERIFY_BACKEND.name] = "ssh"
     env["ANSIBLE_SSH_EXTRA_ARGS"] = (
         "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o BatchMode=yes "
         f"-o ControlMaster=auto -o ControlPersist=120s -o ControlPath=/tmp/slurmlab-verify-{os.getuid()}-{exe.name}-%C"

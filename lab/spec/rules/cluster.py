@@ -7,27 +7,23 @@ run reports every problem; the service-model check (lab.spec.contract) reports t
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
+
+from lab import settings
 
 from ..problems import Loc, Problem
 from .labkey import check_lab
 from .lifecycle import check_lifecycle
 from .names import HOSTNAME_MAX, cluster_name_hook, group_name, group_name_hook, node_type_of
 
-DEFAULT_MAX_NODES_PER_GROUP = 64
-MAX_NODES_ENV = "SLURMLAB_MAX_NODES_PER_GROUP"
+DEFAULT_MAX_NODES_PER_GROUP = settings.MAX_NODES_PER_GROUP.default
+MAX_NODES_ENV = settings.MAX_NODES_PER_GROUP.name
 
 
 def max_nodes_per_group() -> int:
     """The lab's sanity cap on InstanceCount: `$SLURMLAB_MAX_NODES_PER_GROUP`, else 64."""
-    raw = os.environ.get(MAX_NODES_ENV, "")
-    try:
-        value = int(raw)
-    except ValueError:
-        return DEFAULT_MAX_NODES_PER_GROUP
-    return value if value >= 1 else DEFAULT_MAX_NODES_PER_GROUP
+    return settings.MAX_NODES_PER_GROUP.get()
 
 
 

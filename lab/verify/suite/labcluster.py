@@ -13,6 +13,8 @@ import sys
 import pytest
 import testinfra
 
+from lab import settings
+
 # Ansible from this interpreter's environment, and the connection defaults slurmlab's runner uses.
 # Values already in the environment win, so another cluster's settings pass through.
 os.environ["PATH"] = f"{os.path.dirname(sys.executable)}:{os.environ.get('PATH', '/usr/bin:/bin')}"
@@ -33,7 +35,7 @@ for _k, _v in {
 }.items():
     os.environ.setdefault(_k, _v)
 
-BACKEND_ENV = "SLURMLAB_VERIFY_BACKEND"
+BACKEND_ENV = settings.VERIFY_BACKEND.name
 CONTROLLER, LOGIN, COMPUTE = "slurm_controller", "slurm_login", "slurm_compute"
 MUNGE_KEY = "/etc/munge/munge.key"
 # The base64 body of Vagrant's well-known insecure public key (the trailing '==' left off).
@@ -56,7 +58,7 @@ class Cluster:
         # ansible (default): every command is an Ansible module run; ssh: testinfra runs `ssh` itself
         # with the inventory's user, key and become (one multiplexed connection per node: ~20x faster
         # under emulation). `slurmlab verify` chooses ssh for its own clusters (lab/verify/__init__.py).
-        kw = {"ansible_inventory": inventory, "force_ansible": os.environ.get(BACKEND_ENV, "ansible") != "ssh"}
+        kw = {"ansible_inventory": inventory, "force_ansible": settings.VERIFY_BACKEND.get() != "ssh"}
         wanted = {h.backend.host for h in testinfra.get_hosts(pattern, **kw)}
         groups = {}
         for g in (CONTROLLER, LOGIN, COMPUTE):
