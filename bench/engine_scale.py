@@ -38,9 +38,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from lab.configure.sim import SimConfigurer  # noqa: E402
 from lab.engine import clusters  # noqa: E402
 from lab.engine.engine import Engine  # noqa: E402
-from lab.providers.sim import SimConfigurer, SimProvider, VirtualClock  # noqa: E402
+from lab.providers.sim import SimProvider, VirtualClock  # noqa: E402
 from lab.spec import spec_from_request  # noqa: E402
 from lab.store.db import Store  # noqa: E402
 

@@ -195,12 +195,13 @@ def probes() -> list[Probe]:
 
 def _host_probes() -> list[Probe]:
     """One probe per host `slurmlab host add` listed (not the local one: the probes above check it)."""
+    from lab import box
     from lab.host import probe, registry
 
     out = []
     for h in registry.all_hosts()[1:]:
         def check(h=h) -> tuple[bool, str]:
-            rep = probe.probe(h)
+            rep = probe.probe(h, box.DEFAULT_BOX, box.image_bytes())
             if not rep.ok:
                 return False, rep.problem
             return True, (f"{h.uri} answers: {rep.memory_free_mib}/{rep.memory_total_mib} MiB free, {rep.cpus} cpus, "

@@ -1,5 +1,7 @@
 """The import graph of the `lab` package, read from the source (nothing is imported), and its
-cycles. `python -m lab.importgraph` prints every cycle and exits 1 if there is one.
+cycles: between modules, and between packages (`lab.configure`, `lab.providers`, ...; a top-level
+module such as `lab.doctor` is a package of its own). `python -m lab.importgraph` prints every
+cycle and exits 1 if there is one (tests/unit/test_layout.py runs the same checks in CI).
 
 Every `import` counts, also those inside functions (a lazy import is still a dependency:
 it only hides the cycle until run time). `from pkg import name` points at `pkg.name` when
@@ -55,6 +57,38 @@ def graph(root: Path = ROOT) -> dict[str, set[str]]:
     return edges
 
 
+def package(mod: str) -> str:
+    """`lab.configure.base` -> `lab.configure`; a top-level module is its own package."""
+    return ".".join(mod.split(".")[:2])
+
+
+# Imports that still close a package cycle, each with the edit (in files being rewritten by others,
+# issue 27) that removes it. The package check ignores them; tests/unit/test_layout.py fails on an
+# entry that no longer exists, so that the list only shrinks. Empty it.
+PENDING: dict[tuple[str, str], str] = {
+    ("lab.providers.sim_configurer", "lab.configure.sim"):
+        "lab/providers/sim.py: drop its last line (the re-export of SimConfigurer, now in lab.configure.sim), "
+        "lab/engine/daemon.py imports SimConfigurer from lab.configure.sim; then delete lab/providers/sim_configurer.py",
+    ("lab.configure.slurmstate", "lab.engine.recovery"):
+        "lab/engine/recovery.py: SlurmNode and parse_sinfo move to lab/configure/slurmstate.py; recovery imports them",
+    ("lab.configure.sim", "lab.engine.recovery"):
+        "the same move: lab.configure.sim then imports SlurmNode from lab.configure.slurmstate",
+}
+
+
+def package_graph(edges: dict[str, set[str]], ignore=()) -> dict[str, set[str]]:
+    """The packages and the packages each imports (from `edges`, less the module edges `ignore`)."""
+    skip = set(ignore)
+    out: dict[str, set[str]] = {}
+    for mod, targets in edges.items():
+        src = package(mod)
+        out.setdefault(src, set())
+        for t in targets:
+            if package(t) != src and (mod, t) not in skip:
+                out[src].add(package(t))
+    return out
+
+
 def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     """The strongly connected components with more than one module (Tarjan), each sorted."""
     index: dict[str, int] = {}
@@ -93,6 +127,19 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return sorted(out)
 
 
+def package_cycles(edges: dict[str, set[str]], ignore=()) -> list[tuple[list[str], list[str]]]:
+    """Each package cycle, with the module imports that make it (`a.x -> b.y`)."""
+    packages = package_graph(edges, ignore)
+    skip = set(ignore)
+    out = []
+    for comp in cycles(packages):
+        inside = set(comp)
+        why = sorted(f"{m} -> {t}" for m, ts in edges.items() for t in ts
+                     if package(m) in inside and package(t) in inside and package(m) != package(t) and (m, t) not in skip)
+        out.append((comp, why))
+    return out
+
+
 def main() -> int:
     edges = graph()
     found = cycles(edges)
@@ -101,9 +148,17 @@ def main() -> int:
         print("cycle: " + ", ".join(comp))
         for m in comp:
             print(f"  {m} -> " + ", ".join(sorted(edges[m] & inside)))
+    pkg_found = package_cycles(edges, PENDING)
+    for comp, why in pkg_found:
+        print("package cycle: " + ", ".join(comp))
+        for line in why:
+            print(f"  {line}")
+    for (m, t), fix in PENDING.items():
+        print(f"pending: {m} -> {t} (ignored until: {fix})")
     n = sum(len(v) for v in edges.values())
-    print(f"{len(edges)} modules, {n} imports, {len(found)} cycle(s)")
-    return 1 if found else 0
+    print(f"{len(edges)} modules, {n} imports, {len(found)} cycle(s); "
+          f"{len(package_graph(edges))} packages, {len(pkg_found)} package cycle(s)")
+    return 1 if found or pkg_found else 0
 
 
 if __name__ == "__main__":

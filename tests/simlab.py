@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import asyncio
 
+from lab.configure.sim import SimConfigurer
 from lab.engine import clusters
 from lab.engine.engine import Engine
-from lab.providers.sim import SimConfigurer, SimProvider, VirtualClock
+from lab.providers.sim import SimProvider, VirtualClock
 from lab.spec import loads_spec
 from lab.store.db import Store
 

@@ -33,7 +33,7 @@ from . import vagrant as _vg
 
 DEFAULT_BOX = "slurmlab/trixie-slurm"
 
-__all__ = ["DEFAULT_BOX", "BoxInfo", "build", "inputs_hash", "is_current", "list_boxes", "require"]
+__all__ = ["DEFAULT_BOX", "BoxInfo", "build", "image_bytes", "inputs_hash", "is_current", "list_boxes", "require"]
 
 
 @dataclass
@@ -62,6 +62,11 @@ def _added_marker(name: str) -> dict | None:
     if d is None or not _vg.is_complete(d):
         return None
     return _vg.read_marker(d)
+
+
+def image_bytes(name: str = DEFAULT_BOX) -> int | None:
+    """The size of the added box's disk image (what a host's pool must take), None if not added."""
+    return _vg.image_bytes(name)
 
 
 def is_current(name: str = DEFAULT_BOX) -> bool:

@@ -76,6 +76,13 @@ def box_dirs(name: str, provider: str = PROVIDER, home: Path | None = None) -> l
     return sorted(found)
 
 
+def image_bytes(name: str, home: Path | None = None) -> int | None:
+    """The size of the box's disk image as Vagrant keeps it (what vagrant-libvirt uploads to a
+    pool), the newest version's; None if the box is not added."""
+    images = sorted(p for d in box_dirs(name, home=home) for p in d.glob("box*.img"))
+    return images[-1].stat().st_size if images else None
+
+
 def box_dir(name: str, version: str, provider: str = PROVIDER, home: Path | None = None) -> Path | None:
     for d in box_dirs(name, provider, home):
         rel = d.relative_to((home or vagrant_home()) / "boxes" / escape_name(name))

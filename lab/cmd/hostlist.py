@@ -13,6 +13,14 @@ MemOpt = typer.Option(None, "--memory-mib", help="memory (MiB) the lab may use o
 CpuOpt = typer.Option(None, "--cpus", help="vCPUs the lab may start on that host (default: no limit)")
 
 
+def _probe(host):
+    """The host's report, for the lab's box (its size: whether the host's pool can take it)."""
+    from lab import box
+    from lab.host import probe
+
+    return probe.probe(host, box.DEFAULT_BOX, box.image_bytes())
+
+
 def _show(rep, clusters: list[str], output: Output) -> None:
     if output == Output.json:
         print_json({**rep.as_dict(), "clusters": clusters})
@@ -46,13 +54,13 @@ def host_add(
 ) -> None:
     """Add a libvirt host the lab may place clusters on. Its libvirtd must answer; nothing is recorded if not."""
     from lab.errors import HostError
-    from lab.host import probe, registry
+    from lab.host import registry
 
     registry.check_name(name)
     uri = registry.with_ssh(uri, ssh_user, ssh_key)
     host = registry.Host(name, uri, netns, memory_mib, cpus, pool=registry.get(registry.LOCAL).pool)
     registry.require_reachable(host)
-    rep = probe.probe(host)
+    rep = _probe(host)
     if rep.problem:
         raise HostError(rep.problem, rep.fix)
     registry.add(host)
@@ -68,7 +76,7 @@ def host_simulate(
 ) -> None:
     """Start a second libvirt host on this machine (its own libvirtd, network and mount namespaces) and add it."""
     from lab.errors import Conflict
-    from lab.host import probe, registry, simulated
+    from lab.host import registry, simulated
 
     registry.check_name(name)
     known = next((h for h in registry.all_hosts() if h.name == name), None)
@@ -80,7 +88,7 @@ def host_simulate(
         registry.add(host)
     elif memory_mib or cpus:
         registry.set_limits(name, memory_mib, cpus)
-    _show(probe.probe(registry.get(name)), [], output)
+    _show(_probe(registry.get(name)), [], output)
 
 
 @host_app.command("remove")
@@ -108,20 +116,20 @@ def host_remove(name: str = typer.Argument(...), output: Output = OutputOpt) -> 
 def host_limit(name: str = typer.Argument(..., help="a host name (local: this machine)"),
                memory_mib: Optional[int] = MemOpt, cpus: Optional[int] = CpuOpt, output: Output = OutputOpt) -> None:
     """Set the memory and vCPUs the lab may use on a host (placement and capacity honour them); 0 lifts a limit."""
-    from lab.host import probe, registry
+    from lab.host import registry
     from lab.providers import placement
 
     host = registry.set_limits(name, memory_mib, cpus)
-    _show(probe.probe(host), placement.clusters_on(name), output)
+    _show(_probe(host), placement.clusters_on(name), output)
 
 
 @host_app.command("list")
 def host_list(output: Output = OutputOpt) -> None:
     """The lab's hosts: reachable, memory, CPUs, pool, box, and the clusters placed on each."""
-    from lab.host import probe, registry
+    from lab.host import registry
     from lab.providers import placement
 
-    rows = [(probe.probe(h), placement.clusters_on(h.name)) for h in registry.all_hosts()]
+    rows = [(_probe(h), placement.clusters_on(h.name)) for h in registry.all_hosts()]
     if output == Output.json:
         print_json([{**r.as_dict(), "clusters": c} for r, c in rows])
         return

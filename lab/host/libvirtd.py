@@ -249,6 +249,11 @@ def down() -> list[str]:
     return done
 
 
+def box_volume_prefix(box_name: str) -> str:
+    """The start of the name of every volume vagrant-libvirt uploads `box_name` to a pool as."""
+    return box_name.replace("/", "-VAGRANTSLASH-") + "_vagrant_box_image_"
+
+
 def prune_box_volumes(box_name: str, keep_newest: bool = True) -> list[str]:
     """Delete copies of a box's image that vagrant-libvirt left in the pool and no VM disk uses.
 
@@ -259,7 +264,7 @@ def prune_box_volumes(box_name: str, keep_newest: bool = True) -> list[str]:
 
     import libvirt
 
-    prefix = box_name.replace("/", "-VAGRANTSLASH-") + "_vagrant_box_image_"
+    prefix = box_volume_prefix(box_name)
     try:
         conn = connect()
     except libvirt.libvirtError:

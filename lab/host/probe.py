@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from lab.host.libvirtd import box_volume_prefix
 from lab.host.registry import Host, available_mib
 
 
@@ -36,29 +37,11 @@ class HostReport:
         return {**asdict(self), "ok": self.ok}
 
 
-def _box_volume_prefix(box_name: str) -> str:
-    return box_name.replace("/", "-VAGRANTSLASH-") + "_vagrant_box_image_"
-
-
-def box_image_bytes(box_name: str) -> int | None:
-    """The size of the box's disk image as Vagrant keeps it (what vagrant-libvirt uploads to a pool)."""
-    import os
-    from pathlib import Path
-
-    home = Path(os.environ.get("VAGRANT_HOME", "~/.vagrant.d")).expanduser()
-    images = sorted((home / "boxes" / box_name.replace("/", "-VAGRANTSLASH-")).glob("*/libvirt/box*.img"))
-    return images[-1].stat().st_size if images else None
-
-
-def probe(host: Host, box_name: str | None = None, box_bytes: int | None = None) -> HostReport:
-    """Ask the host's libvirtd; never raises for an unreachable host (the report says why)."""
+def probe(host: Host, box_name: str, box_bytes: int | None) -> HostReport:
+    """Ask the host's libvirtd; never raises for an unreachable host (the report says why).
+    `box_bytes`: the size of the box's image (lab.box.image_bytes), None if unknown."""
     import libvirt
 
-    from lab import box as boxmod
-
-    box_name = box_name or boxmod.DEFAULT_BOX
-    if box_bytes is None:
-        box_bytes = box_image_bytes(box_name)
     rep = HostReport(host.name, host.uri, False, memory_limit_mib=host.memory_mib, cpus_limit=host.cpus)
     try:
         conn = host.connect()
@@ -85,7 +68,7 @@ def probe(host: Host, box_name: str | None = None, box_bytes: int | None = None)
             return rep
         pool.refresh(0)
         rep.pool_free_gib = round(pool.info()[3] / (1 << 30), 1)
-        if any(v.startswith(_box_volume_prefix(box_name)) for v in pool.listVolumes()):
+        if any(v.startswith(box_volume_prefix(box_name)) for v in pool.listVolumes()):
             rep.box = "present"
         else:
             need = (box_bytes or 0) / (1 << 30)

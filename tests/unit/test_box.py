@@ -444,3 +444,13 @@ def test_stop_orphans_only_kills_the_stale_builds_session(tmp_path):
         for p in (ours, other):
             p.kill()
             p.wait()
+
+
+def test_image_bytes_is_the_newest_added_image_or_none(tmp_path):
+    """What a host's pool must take for the box (lab.host.probe's "can it take the box")."""
+    assert vg.image_bytes("slurmlab/trixie-slurm", home=tmp_path) is None
+    for version, size in (("0", 3), ("1", 5)):
+        d = tmp_path / "boxes" / "slurmlab-VAGRANTSLASH-trixie-slurm" / version / "libvirt"
+        d.mkdir(parents=True)
+        (d / "box_0.img").write_bytes(b"x" * size)
+    assert vg.image_bytes("slurmlab/trixie-slurm", home=tmp_path) == 5

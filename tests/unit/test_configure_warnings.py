@@ -7,7 +7,7 @@ import asyncio
 from types import SimpleNamespace
 
 from lab.configure.runner import _warnings
-from lab.providers.sim import SimConfigurer
+from lab.configure.sim import SimConfigurer
 from tests.simlab import SimLab, spec_text
 
 

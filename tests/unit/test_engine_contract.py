@@ -15,10 +15,11 @@ from lab import capacity
 from lab.configure.ansible import AnsibleConfigurer
 from lab.configure.base import Configurer, ConfigureError
 from lab.configure.runner import PlaybookFailed, PlaybookResult
+from lab.configure.sim import SimConfigurer
 from lab.engine.plan import NO_RETRY
 from lab.providers import vagrant
 from lab.providers.base import ENGINE_METHODS, LaunchError, MachineSpec, Provider
-from lab.providers.sim import SimConfigurer, SimProvider
+from lab.providers.sim import SimProvider
 from lab.providers.vagrant import VagrantProvider
 from lab.spec.problems import SpecInvalid
 from tests.fakes import FakeConfigurer, FakeProvider

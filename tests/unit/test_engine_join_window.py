@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
+from lab.configure.sim import SimConfigurer
 from lab.engine import clusters
 from lab.engine.plan import JOIN_QUIET_S
-from lab.providers.sim import SimConfigurer
 from tests.simlab import SimLab, spec_text
 
 

@@ -9,10 +9,12 @@ import time
 import pytest
 
 from lab import capacity
+from lab.configure.sim import SimConfigurer
 from lab.engine import clusters, daemon
 from lab.engine.engine import Engine
+from lab.errors import UsageError
 from lab.providers.base import MachineSpec
-from lab.providers.sim import SimConfigurer, SimProvider, VirtualClock
+from lab.providers.sim import SimProvider, VirtualClock
 from lab.spec.problems import SpecInvalid
 from lab.store.db import SCHEMA_VERSION, ClusterRow, GroupRow, Store
 from tests.fakes import FakeConfigurer, FakeProvider
@@ -75,7 +77,7 @@ def test_daemon_makes_the_sim_pair_and_the_engine_uses_each_clusters_provider(tm
     monkeypatch.setenv("SLURMLAB_HOME", str(tmp_path / "home"))
     assert isinstance(daemon.make_provider("sim"), SimProvider)
     assert isinstance(daemon.make_configurer("sim"), SimConfigurer)
-    with pytest.raises(ValueError):
+    with pytest.raises(UsageError, match="unknown provider 'nope'"):
         daemon.make_provider("nope")
 
     async def go():
