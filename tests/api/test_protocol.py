@@ -135,15 +135,23 @@ def test_lifecycle_folder_must_exist(api, tmp_path):
 
 
 def test_connection_survives_errors(api):
-    """HTTP/1.1 keep-alive: an error reply leaves the connection usable (bodies are always read)."""
+    """HTTP/1.1 keep-alive: an error reply leaves the connection usable (bodies are always read).
+    Every request goes over the one TCP connection: http.client would quietly open a new one after
+    a reply that closed it, so the socket is compared, not only the last status."""
     host, port = api.server.server_address[:2]
     conn = http.client.HTTPConnection(host, port, timeout=10)
     h = {"X-Amz-Target": "SageMaker.ListClusters", "Content-Type": "application/x-amz-json-1.1"}
+    conn.connect()
+    sock, local = conn.sock, conn.sock.getsockname()
+    statuses = []
     for body in ["{bad json", '{"MaxResults": "x"}', "{}", "{}"]:
         conn.request("POST", "/", body=body, headers=h)
         r = conn.getresponse()
         r.read()
-    assert r.status == 200
+        statuses.append(r.status)
+        assert not r.will_close and r.getheader("Connection") != "close", (body, r.status)
+        assert conn.sock is sock and conn.sock.getsockname() == local, f"a new connection after {body!r}"
+    assert statuses == [400, 400, 200, 200]
     conn.close()
 
 

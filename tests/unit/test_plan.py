@@ -464,11 +464,6 @@ def test_inservice_with_computes_configured_but_not_joined(mode, status):
     assert p.cluster_status == status and not p.full_size
 
 
-def test_defaults():
-    assert (JOIN_QUIET_S, JOIN_MAX_WAIT_S) == (10.0, 30.0)  # measured: two compute nodes configured 7 s apart
-    assert planner.JOIN_COMING_PHASES == {"booted", "configuring"}
-
-
 def test_boot_slots_name_the_waiting_nodes():
     p = run_case(Case("x", {**ALL_PLANNED, "controller-1": "running"}, {}, kw={"boot_slots": 1}))
     assert [short(a.node) for a in p.actions if a.kind == "launch"] == ["login-1"]
