@@ -65,15 +65,7 @@ def package(mod: str) -> str:
 # Imports that still close a package cycle, each with the edit (in files being rewritten by others,
 # issue 27) that removes it. The package check ignores them; tests/unit/test_layout.py fails on an
 # entry that no longer exists, so that the list only shrinks. Empty it.
-PENDING: dict[tuple[str, str], str] = {
-    ("lab.providers.sim_configurer", "lab.configure.sim"):
-        "lab/providers/sim.py: drop its last line (the re-export of SimConfigurer, now in lab.configure.sim), "
-        "lab/engine/daemon.py imports SimConfigurer from lab.configure.sim; then delete lab/providers/sim_configurer.py",
-    ("lab.configure.slurmstate", "lab.engine.recovery"):
-        "lab/engine/recovery.py: SlurmNode and parse_sinfo move to lab/configure/slurmstate.py; recovery imports them",
-    ("lab.configure.sim", "lab.engine.recovery"):
-        "the same move: lab.configure.sim then imports SlurmNode from lab.configure.slurmstate",
-}
+PENDING: dict[tuple[str, str], str] = {}
 
 
 def package_graph(edges: dict[str, set[str]], ignore=()) -> dict[str, set[str]]:

@@ -8,10 +8,10 @@ import threading
 
 from lab.configure.base import Configurer, ConfigureError
 from lab.configure.inventory import ClusterContext
-from lab.providers.base import LaunchError, Observed, Provider
+from lab.providers.base import Checkpoints, LaunchError, Observed, Provider
 
 
-class FakeProvider(Provider):
+class FakeProvider(Provider, Checkpoints):
     name = "fake"
     id_prefix = "i-fake"
 
@@ -24,9 +24,6 @@ class FakeProvider(Provider):
         self.removed: list[str] = []
         self.saved: dict[tuple[str, str], tuple[dict, dict]] = {}  # checkpoints
         self.lock = threading.Lock()
-
-    def preflight(self):
-        return []
 
     def allocate(self, cluster, name, used, preferred_index=0):
         i = 10
@@ -66,9 +63,6 @@ class FakeProvider(Provider):
 
     def delete_cluster(self, cluster):
         self.vms.pop(cluster, None)
-        return []
-
-    def collect_logs(self, cluster, dest):
         return []
 
     def checkpoint(self, cluster, tag, record):

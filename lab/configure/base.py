@@ -67,7 +67,7 @@ class Configurer(ABC):
     # Slurm's view and the Slurm-side steps of recovery (lab/engine/recovery.py). Not abstract: a
     # configurer without Slurm (a test's fake) answers None and the engine watches libvirt only.
     def slurm_nodes(self, ctx: ClusterContext | None, faults: dict) -> tuple[dict, float] | None:
-        """(node -> lab.engine.recovery.SlurmNode for every compute node slurmctld knows, the time it was
+        """(node -> lab.configure.sinfo.SlurmNode for every compute node slurmctld knows, the time it was
         asked); raises lab.configure.slurmstate.SlurmUnreachable when slurmctld does not answer."""
         return None
 

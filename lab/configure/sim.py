@@ -46,7 +46,7 @@ class SimConfigurer(Configurer):
 
     def slurm_nodes(self, ctx, faults: dict):
         from lab.configure.slurmstate import SlurmUnreachable
-        from lab.engine.recovery import SlurmNode
+        from lab.configure.sinfo import SlurmNode
 
         self.calls.append(("slurm_nodes",))
         if self.slurmctld_down:

@@ -18,7 +18,7 @@ import time
 
 from lab import paths
 from lab.configure.inventory import ClusterContext
-from lab.engine.recovery import SlurmNode, parse_sinfo
+from lab.configure.sinfo import SlurmNode, parse_sinfo
 from lab.providers.reach import ssh_command
 
 SINFO = "sinfo --all --noheader --Node --format='%N|%T|%E'"

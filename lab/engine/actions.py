@@ -1,13 +1,18 @@
-"""The engine's actions: one coroutine per planned action kind (lab/engine/plan.py Action.kind) that
-runs as a task, calling the provider and configurer through their coroutine faces
-(lab/providers/base.py, lab/configure/base.py). A mixin of lab.engine.engine.Engine; `ACTIONS` maps
-each kind to its method. A failing action raises: Engine._guard records the failure."""
+"""The engine's steps (`Steps`): one coroutine per planned action kind (lab/engine/plan.py Action.kind)
+that runs as a task, calling the provider and configurer through their coroutine faces
+(lab/providers/base.py, lab/configure/base.py); `ACTIONS` maps each kind to its method. `run` is the
+guard every task goes through: a failing step raises, and `run` records the failure on its nodes."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections import Counter
+
 from lab.capacity import launch_fault
-from lab.configure.base import warnings_of
-from lab.engine.bookkeeping import HEALTH_CHECK, health_outcome
+from lab.configure.base import ConfigureError, warnings_of
+from lab.engine.backends import Backends
+from lab.engine.bookkeeping import HEALTH_CHECK, Records, health_outcome
 from lab.engine.plan import (
     HEALTH_CHECKING,
     HEALTH_MARKS,
@@ -18,30 +23,64 @@ from lab.engine.plan import (
     Action,
     node_recovery,
 )
-from lab.providers.base import LaunchError, Observed
+from lab.engine.rolling import Rollout
+from lab.engine.tasks import Tasks
+from lab.providers.base import LaunchError, Observed, threads_running
 from lab.store.db import ClusterRow, NodeRow
+
+log = logging.getLogger(__name__)
 
 NOW = object()  # in _slurm_batch's `after`: the time the configurer returned
 
 
-class Actions:
+class Steps:
+    def __init__(self, rec: Records, io: Backends, tasks: Tasks, rollout: Rollout):
+        self.rec, self.io, self.tasks, self.rollout = rec, io, tasks, rollout
+        self.store, self.clock = rec.store, rec.clock
+        self.stats: Counter = Counter()  # joins, leaves, launches, ... (benchmarks read it)
+
+    async def run(self, cluster: str, a: Action, ctx=None) -> None:
+        """The step of `a` as a task body: a failure is recorded on its nodes (Failure with the reason,
+        retried after a backoff; counted for protected mode), never raised."""
+        try:
+            await ACTIONS[a.kind](self, cluster, a, ctx)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            log.exception("%s %s", a.kind, a.node or a.batch)
+            if a.kind in ("delete_cluster", "rollback_cluster", "orphan", "repair"):  # no node step failed
+                self.store.add_event(cluster, "Cluster", "Error", f"{a.kind} {a.node or cluster} failed: {e}"[:500])
+                return
+            failures = e.failures if isinstance(e, ConfigureError) else {}
+            permanent = isinstance(e, LaunchError) and e.permanent
+            counted: set[str] = set()  # a batch that failed is one failure of each of its groups (protected mode)
+            for node in ([a.node] if a.node else list(a.batch)):
+                n = self.store.node(cluster, node)
+                self.rec.fail(cluster, node, f"{a.kind} failed: {failures.get(node) or e}",
+                              keep_phase=a.kind in ("remove", "leave"), permanent=permanent,
+                              counted=n is not None and n.grp not in counted)
+                if n is not None:
+                    counted.add(n.grp)
+            if a.kind == "configure" and " unreachable" in str(failures.get(a.node) or e):
+                self.rec.unreachable(cluster, a.node)
+
     async def _do_launch(self, cluster: str, a: Action, ctx=None) -> None:
         n = self.store.node(cluster, a.node)
         if n is None or n.phase not in ("planned", "failed", "launching"):
             return
-        c = self._snap[cluster][0]
+        c = self.rec.snap[cluster][0]
         self.store.update_node(cluster, a.node, phase="launching", launched_at=self.clock(), message="launching VM")
         self.stats["launches"] += 1
-        fault = launch_fault(self._faults, cluster, n.name, n.generation, n.attempts)
+        fault = launch_fault(self.rec.faults, cluster, n.name, n.generation, n.attempts)
         if fault:
-            self._fail(cluster, a.node, f"launch failed: {fault}")
+            self.rec.fail(cluster, a.node, f"launch failed: {fault}")
             return
         try:
-            obs = await self.provider_for(c).ensure_async(cluster, self._machine(cluster, n))
+            obs = await self.io.provider_for(c).ensure_async(cluster, self.rec.machine(cluster, n))
         except Exception as e:  # noqa: BLE001 - a LaunchError says transient or permanent; others are transient
-            self._fail(cluster, a.node, f"launch failed: {e}", permanent=isinstance(e, LaunchError) and e.permanent)
+            self.rec.fail(cluster, a.node, f"launch failed: {e}", permanent=isinstance(e, LaunchError) and e.permanent)
             return
-        op = self._op_of(cluster, a.node, a.group)
+        op = self.rec.op_of(cluster, a.node, a.group)
         details = obs.details if isinstance(obs, Observed) else {}
         if details.get("warning"):  # e.g. no warm-start template: the node booted cold (docs/adr/0011)
             self.store.add_event(cluster, "Instance", "Warning", f"{a.node}: {details['warning']}"[:500], grp=a.group,
@@ -61,14 +100,14 @@ class Actions:
         n = self.store.node(cluster, a.node)
         if n is None or n.phase not in ("booted", "configuring", "configured", "failed"):
             return
-        c = self._snap[cluster][0]
-        node_type = self._group(cluster, n.grp).node_type
+        c = self.rec.snap[cluster][0]
+        node_type = self.rec.group(cluster, n.grp).node_type
         self.store.update_node(cluster, a.node, phase="configuring", message="configuring (Ansible)")
-        results = await self.configurer_for(c).configure_async(ctx, n.name, node_type)
+        results = await self.io.configurer_for(c).configure_async(ctx, n.name, node_type)
         warnings = warnings_of(results)  # e.g. a boot-time setup that failed: Ansible did it instead
         for w in warnings:
             self.store.add_event(cluster, "Instance", "Warning", f"{a.node}: {w}"[:500], grp=a.group, node=a.node,
-                                 operation_id=self._op_of(cluster, a.node, a.group))
+                                 operation_id=self.rec.op_of(cluster, a.node, a.group))
         said = f" ({'; '.join(warnings)})"[:400] if warnings else ""
         if node_type == "Compute":
             # configured_at starts the join batching window (plan.join_wait)
@@ -76,18 +115,18 @@ class Actions:
                                    message="configured, waiting to join" + said)
             # when configuring ended and waiting for the join began (bench/cluster_timeline.py reads it)
             self.store.add_event(cluster, "Instance", "Info", f"{a.node}: compute configured, waiting to join Slurm",
-                                 grp=a.group, node=a.node, operation_id=self._op_of(cluster, a.node, a.group))
+                                 grp=a.group, node=a.node, operation_id=self.rec.op_of(cluster, a.node, a.group))
         else:
             self.store.update_node(cluster, a.node, phase="running", joined_at=self.clock(), message=said.strip(" ()"),
                                    attempts=0)
-            self.group_succeeded(cluster, n.grp)
+            self.rec.group_succeeded(cluster, n.grp)
             self.store.add_event(cluster, "Instance", "Info", f"{a.node}: {node_type.lower()} ready",
-                                 grp=a.group, node=a.node, operation_id=self._op_of(cluster, a.node, a.group))
+                                 grp=a.group, node=a.node, operation_id=self.rec.op_of(cluster, a.node, a.group))
 
     async def _slurm_batch(self, cluster: str, a: Action, ctx, before: dict, after: dict, verb: str) -> list[str]:
         """`after` values NOW become the time the configurer returned."""
         """A join or a leave: the batch's rows before, the configurer's one slurm.conf change, the rows after."""
-        conf = self.configurer_for(self._snap[cluster][0])
+        conf = self.io.configurer_for(self.rec.snap[cluster][0])
         batch = list(a.batch)
         with self.store.tx():
             for n in batch:
@@ -112,11 +151,11 @@ class Actions:
         shown = ", ".join(batch[:20]) + (f" and {len(batch) - 20} more" if len(batch) > 20 else "")
         groups = {r.grp for r in rows}
         for g in {r.grp for r in rows if not r.slurm}:  # a node under recovery succeeds when Slurm says so
-            self.group_succeeded(cluster, g)
+            self.rec.group_succeeded(cluster, g)
         one = next(iter(groups)) if len(groups) == 1 else None
         self.store.add_event(cluster, "InstanceGroup", "Info",
                              f"{len(batch)} node(s) joined Slurm with one reconfigure: {shown}",
-                             grp=one, operation_id=self._op_of(cluster, batch[0], one))
+                             grp=one, operation_id=self.rec.op_of(cluster, batch[0], one))
 
     async def _do_leave(self, cluster: str, a: Action, ctx=None) -> None:
         """Scale-in, Slurm side, for a batch: drain, wait for jobs, out of slurm.conf, one reconfigure."""
@@ -131,7 +170,7 @@ class Actions:
         A moving node keeps its VM and is configured again for its new group (attach); a node under
         UpdateClusterSoftware has its VM replaced with the new box (lab/engine/rolling.py)."""
         marks = {x: (n.pending if (n := self.store.node(cluster, x)) else None) for x in a.batch}
-        targets = self._update_targets(cluster)
+        targets = self.rollout.targets(cluster)
         for x, mark in marks.items():
             self.store.update_node(cluster, x, message="DetachInProgress: draining (Slurm)" if mark == MOVE_DETACH
                                    else "SystemUpdating: draining (Slurm); running jobs end first")
@@ -143,31 +182,31 @@ class Actions:
             else:
                 self.store.update_node(cluster, x, phase="booted", pending=MOVE_ATTACH,
                                        message="AttachInProgress: configuring for its new group")
-        self._dirty.add(cluster)  # a new box for some: the Vagrantfile is written again before a launch
+        self.rec.dirty.add(cluster)  # a new box for some: the Vagrantfile is written again before a launch
         self.store.add_event(cluster, "InstanceGroup", "Info", f"{len(batch)} node(s) left Slurm (drained, out of "
                              f"slurm.conf) to move or to be updated: {', '.join(batch[:20])}",
-                             operation_id=self._op_of(cluster, batch[0]))
+                             operation_id=self.rec.op_of(cluster, batch[0]))
 
     def _type_of(self, cluster: str, n: NodeRow) -> str | None:
-        g = self._snap[cluster][2].get(n.grp)
+        g = self.rec.snap[cluster][2].get(n.grp)
         return g.instance_type if g else None
 
     async def _do_remove(self, cluster: str, a: Action, ctx=None) -> None:
         n = self.store.node(cluster, a.node)
         if n is None:
             return
-        c = self._snap[cluster][0]
+        c = self.rec.snap[cluster][0]
         self.store.update_node(cluster, a.node, phase="removing", message="removing the VM")
-        await self.provider_for(c).remove_async(cluster, [a.node])
+        await self.io.provider_for(c).remove_async(cluster, [a.node])
         self.store.delete_node(cluster, a.node)
-        self._dirty.add(cluster)
-        self.capacity_released(self._type_of(cluster, n))
+        self.rec.dirty.add(cluster)
+        self.rec.capacity_released(self._type_of(cluster, n))
         self.store.add_event(cluster, "Instance", "Info", f"{a.node}: removed", grp=n.grp, node=a.node,
-                             operation_id=self._op_of(cluster, a.node, n.grp), instance_id=n.instance_id)
+                             operation_id=self.rec.op_of(cluster, a.node, n.grp), instance_id=n.instance_id)
 
     async def _do_orphan(self, cluster: str, a: Action, ctx=None) -> None:
-        c = self._snap[cluster][0]
-        await self.provider_for(c).remove_async(cluster, [a.node])
+        c = self.rec.snap[cluster][0]
+        await self.io.provider_for(c).remove_async(cluster, [a.node])
         self.store.add_event(cluster, "Cluster", "Warning",
                              f"VM {a.node} belongs to cluster {cluster} but has no record: removed (orphan)")
 
@@ -176,12 +215,12 @@ class Actions:
         n = self.store.node(cluster, a.node)
         if n is None:
             return
-        prov = self.provider_for(self._snap[cluster][0])
+        prov = self.io.provider_for(self.rec.snap[cluster][0])
         await self._take_down(cluster, a.node, f"its VM is {a.reason}: replacing it")
         if a.reason != "missing":  # a stopped domain: remove it first
             await prov.remove_async(cluster, [a.node])
-        self._new_instance(cluster, n, prov, f"VM lost ({a.reason}): replacing it (NodeRecovery Automatic)")
-        self.group_failed(cluster, n.grp, f"{a.node}: VM {a.reason}")
+        self.rec.new_instance(cluster, n, prov, f"VM lost ({a.reason}): replacing it (NodeRecovery Automatic)")
+        self.rec.group_failed(cluster, n.grp, f"{a.node}: VM {a.reason}")
         self.store.add_event(cluster, "Instance", "Warning",
                              f"{a.node}: VM is {a.reason}; NodeRecovery is Automatic: replacing it",
                              grp=a.group, node=a.node)
@@ -190,9 +229,9 @@ class Actions:
         n = self.store.node(cluster, a.node)
         if n is None:
             return
-        prov = self.provider_for(self._snap[cluster][0])
-        op = self._op_of(cluster, a.node)
-        await self._take_down(cluster, a.node, "rebooting its VM")  # its jobs end now (lab/engine/watching.py)
+        prov = self.io.provider_for(self.rec.snap[cluster][0])
+        op = self.rec.op_of(cluster, a.node)
+        await self._take_down(cluster, a.node, "rebooting its VM")  # its jobs end now (_take_down)
         self.store.update_node(cluster, a.node, phase="rebooting", pending=None, message="rebooting")
         if a.reason == "missing":  # nothing to reboot: launch it again
             self.store.update_node(cluster, a.node, phase="planned", booted_at=None, configured_at=None,
@@ -205,25 +244,25 @@ class Actions:
         n = self.store.node(cluster, a.node)
         if n is None:
             return
-        prov = self.provider_for(self._snap[cluster][0])
-        op = self._op_of(cluster, a.node)
+        prov = self.io.provider_for(self.rec.snap[cluster][0])
+        op = self.rec.op_of(cluster, a.node)
         await self._take_down(cluster, a.node, "replacing its VM")
         self.store.update_node(cluster, a.node, phase="replacing", pending=None, message="replacing: removing the old VM")
-        if self._group(cluster, n.grp).node_type == "Controller":
+        if self.rec.group(cluster, n.grp).node_type == "Controller":
             # a clean shutdown first: slurmctld saves its state, MariaDB and the NFS server stop, and the
             # state disk (kept for the new VM) is unmounted clean
             self.store.update_node(cluster, a.node, message="replacing: shutting the controller down cleanly")
             await prov.stop_async(cluster, a.node)
         await prov.remove_async(cluster, [a.node])
-        self._new_instance(cluster, n, prov, "replaced: a new instance launches")
-        self.capacity_released(self._type_of(cluster, n))
+        self.rec.new_instance(cluster, n, prov, "replaced: a new instance launches")
+        self.rec.capacity_released(self._type_of(cluster, n))
         self.store.add_event(cluster, "Instance", "Info", f"{a.node}: old instance {n.instance_id} removed; "
                              "a new one launches", grp=a.group, node=a.node, operation_id=op)
 
     async def _do_healthcheck(self, cluster: str, a: Action, ctx=None) -> None:
         """Deep health checks of the marked nodes, one operation at a time (each its own Slurm
         maintenance reservation); then each node passes, is rebooted or replaced, or stays Failure."""
-        c = self._snap[cluster][0]
+        c = self.rec.snap[cluster][0]
         for op in self.store.operations(cluster, "InProgress"):  # a DeepHealthCheck, or an update's batch
             wanted = (op.details or {}).get("Checks", {})
             targets = {}
@@ -239,7 +278,7 @@ class Actions:
             self.store.add_event(cluster, "Cluster", "Info", f"deep health check running on {', '.join(targets)}",
                                  operation_id=op.id)
             try:
-                results = await self.configurer_for(c).health_check_async(ctx, targets, op.id, self._faults)
+                results = await self.io.configurer_for(c).health_check_async(ctx, targets, op.id, self.rec.faults)
             except Exception as e:  # noqa: BLE001 - a node that cannot be checked is not healthy: recovery decides
                 results = {x: [f"{checks[0]}: the checks could not run: {e}"] for x, checks in targets.items()}
             for x, checks in targets.items():
@@ -247,7 +286,7 @@ class Actions:
                 if op.kind == HEALTH_CHECK:
                     self._health_result(cluster, op.id, x, checks, failures, node_recovery(c))
                 else:
-                    self._update_checked(cluster, op.id, x, failures)
+                    self.rollout.checked(cluster, op.id, x, failures)
 
     def _health_result(self, cluster: str, op: str, node: str, checks: list[str], failures: list[str],
                        recovery: str) -> None:
@@ -272,42 +311,71 @@ class Actions:
 
     async def _do_rollback_cluster(self, cluster: str, a: Action, ctx=None) -> None:
         """Legacy create that failed: remove every VM (and the cluster's network), then Failed."""
-        c = self._snap[cluster][0]
+        c = self.rec.snap[cluster][0]
         types = await self._teardown(c)
         with self.store.tx():
             self.store.delete_nodes(cluster)
             for g in self.store.groups(cluster):
                 self.store.update_group(cluster, g.name, status="Failed")
             self.store.update_cluster(cluster, status="Failed")
-        self.capacity_released(*types)
+        self.rec.capacity_released(*types)
         self.store.add_event(cluster, "Cluster", "Error",
                              f"cluster {cluster} is Failed: rolled back, every VM removed ({c.failure_message})")
 
     async def _do_delete_cluster(self, cluster: str, a: Action, ctx=None) -> None:
-        types = await self._teardown(self._snap[cluster][0])
+        types = await self._teardown(self.rec.snap[cluster][0])
         self.store.delete_cluster(cluster)
-        self.capacity_released(*types)
-        for d in (self._snap, self._ops):
+        self.rec.capacity_released(*types)
+        for d in (self.rec.snap, self.rec.ops):
             d.pop(cluster, None)
 
     async def _teardown(self, c: ClusterRow) -> set[str]:
         """Every VM, volume and network of the cluster gone, even those a thread still creates;
         returns the instance types its groups had (their capacity is free again)."""
         types = {g.instance_type for g in self.store.groups(c.name)}
-        prov = self.provider_for(c)
-        had_threads = self.threads(c.name) > 0
+        prov = self.io.provider_for(c)
+        had_threads = threads_running(c.name) > 0
         await prov.delete_cluster_async(c.name)
         if had_threads:
-            await self._wait_threads(c.name)
+            await self.tasks.wait_threads(c.name)
             await prov.delete_cluster_async(c.name)
-        self._prepared.discard(c.name)
-        self._dirty.discard(c.name)
+        self.rec.forget(c.name)
         return types
 
 
+    async def _do_repair(self, cluster: str, a: Action, ctx=None) -> None:
+        c = self.rec.snap[cluster][0]
+        conf = self.io.configurer_for(c)
+        if ctx is None:
+            ctx = self.io.context(cluster)
+        try:
+            why = await conf.restart_slurmd_async(ctx, a.node)
+        except Exception as e:  # noqa: BLE001 - the node stays marked; the next step of the ladder follows
+            why = str(e) or type(e).__name__
+        if why:
+            self.store.add_event(cluster, "Instance", "Warning", f"{a.node}: slurmd restart failed: {why}"[:500],
+                                 grp=a.group, node=a.node)
+
+    async def _take_down(self, cluster: str, node: str, why: str) -> None:
+        """A compute node Slurm knows goes DOWN before its VM is rebooted or replaced: its jobs end now
+        (and a batch job is requeued) instead of after SlurmdTimeout."""
+        n = self.store.node(cluster, node)
+        g = self.rec.group(cluster, n.grp) if n else None
+        if n is None or n.joined_at is None or g.node_type != "Compute":
+            return
+        conf = self.io.configurer_for(self.rec.snap[cluster][0])
+        try:
+            said = await conf.take_down_async(self.io.context(cluster), node, why)
+        except Exception as e:  # noqa: BLE001 - best effort: Slurm finds out by itself later
+            said = str(e)
+        if said:
+            log.warning("%s: could not set it DOWN in Slurm first: %s", node, said)
+
+
 # The actions that run as tasks (the others are quick store writes in the pass: Engine.SYNC_ACTIONS).
-ACTIONS = {"launch": Actions._do_launch, "configure": Actions._do_configure, "join": Actions._do_join,
-           "leave": Actions._do_leave, "remove": Actions._do_remove, "orphan": Actions._do_orphan,
-           "lost": Actions._do_lost, "reboot": Actions._do_reboot, "replace": Actions._do_replace,
-           "healthcheck": Actions._do_healthcheck, "detach": Actions._do_detach,
-           "rollback_cluster": Actions._do_rollback_cluster, "delete_cluster": Actions._do_delete_cluster}
+ACTIONS = {"launch": Steps._do_launch, "configure": Steps._do_configure, "join": Steps._do_join,
+           "leave": Steps._do_leave, "remove": Steps._do_remove, "orphan": Steps._do_orphan,
+           "lost": Steps._do_lost, "reboot": Steps._do_reboot, "replace": Steps._do_replace,
+           "healthcheck": Steps._do_healthcheck, "detach": Steps._do_detach,
+           "rollback_cluster": Steps._do_rollback_cluster, "delete_cluster": Steps._do_delete_cluster,
+           "repair": Steps._do_repair}

@@ -1,16 +1,20 @@
-"""What the engine writes down: node records, failures and backoff, statuses, operations, rollback,
-capacity arrivals. A mixin of lab.engine.engine.Engine (it owns `store`, `clock`, `rng`, `_snap`,
-`_ops`, `_dirty`, `_prepared`); quick store writes only, on the engine's loop."""
+"""What the engine writes down (`Records`): node records, failures and backoff, a group's failures in a
+row (protected mode), statuses, operations, rollback, capacity arrivals. Quick store writes only, on
+the engine's loop. It also keeps what every other part of the engine reads of the current pass: the
+cluster's rows (`snap`), its operations in flight (`ops`), the fault injections (`faults`), and which
+clusters' provider layout must be written again before a launch (`dirty`, `prepared`)."""
 
 from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Callable
 
 from lab.engine import plan as planner
+from lab.engine import recovery
 from lab.engine.plan import NO_RETRY, Action
-from lab.providers.base import MachineSpec, Provider, start_of, state_disk_name
-from lab.store.db import ClusterRow, GroupRow, NodeRow
+from lab.providers.base import MachineSpec, Placement, Provider, in_thread, start_of, state_disk_name
+from lab.store.db import ClusterRow, GroupRow, NodeRow, Store
 
 BACKOFF_BASE = 10.0
 BACKOFF_MAX = 300.0
@@ -69,9 +73,32 @@ def _no_health_mark(cluster: str, node: str, store) -> dict:
     return {"pending": None} if n is not None and n.pending in planner.HEALTH_MARKS else {}
 
 
-class Bookkeeping:
+class Records:
+    def __init__(self, store: Store, clock: Callable[[], float], rng: random.Random, *,
+                 backoff_base: float = BACKOFF_BASE, backoff_max: float = BACKOFF_MAX,
+                 protect_after: int = recovery.PROTECT_AFTER):
+        self.store = store
+        self.clock = clock
+        self.rng = rng
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self.protect_after = protect_after
+        self.snap: dict[str, tuple[ClusterRow, list[GroupRow], dict[str, GroupRow], list[NodeRow]]] = {}
+        self.ops: dict[str, list] = {}  # this pass's operations in flight, per cluster
+        self.faults: dict = {}  # this pass's fault injections (lab/capacity.py)
+        self.dirty: set[str] = set()  # clusters whose provider layout changed since it was written
+        self.prepared: set[str] = set()  # clusters whose layout this engine wrote at least once
+
+    def forget(self, cluster: str) -> None:
+        """The cluster is gone (or its layout must be written afresh)."""
+        self.prepared.discard(cluster)
+        self.dirty.discard(cluster)
+
+    def needs_prepare(self, cluster: str) -> bool:
+        return cluster in self.dirty or cluster not in self.prepared
+
     # ------------------------------------------------------------------ statuses, operations
-    def _statuses(self, c: ClusterRow, groups: list[GroupRow], nodes: list[NodeRow], p: planner.Plan) -> None:
+    def statuses(self, c: ClusterRow, groups: list[GroupRow], nodes: list[NodeRow], p: planner.Plan) -> None:
         name = c.name
         for g in groups:
             st = p.group_status.get(g.name)
@@ -79,7 +106,7 @@ class Bookkeeping:
                 self.store.update_group(name, g.name, status=st)
                 self.store.add_event(name, "InstanceGroup", "Info" if st != "Degraded" else "Warning",
                                      f"instance group {g.name} is {st}", grp=g.name,
-                                     operation_id=self._op_of(name, group=g.name))
+                                     operation_id=self.op_of(name, group=g.name))
         if p.cluster_status and p.cluster_status != c.status:
             vals = {"status": p.cluster_status}
             if c.in_service_at is None:
@@ -92,7 +119,7 @@ class Bookkeeping:
         # operations in flight: done when their groups (or nodes) are settled
         by_name = {n.name: n for n in nodes}
         gnames = {g.name for g in groups}
-        for op in self._ops.get(name, []):
+        for op in self.ops.get(name, []):
             if op.kind == "UpdateClusterSoftware":
                 continue  # lab/engine/rolling.py ends it
             if op.kind in SCALING:
@@ -106,14 +133,14 @@ class Bookkeeping:
                 self.store.finish_operation(op.id, "Completed", when=self.clock())
                 self.store.add_event(name, "Cluster", "Info", f"operation {op.kind} completed", operation_id=op.id)
 
-    def _op_of(self, cluster: str, node: str | None = None, group: str | None = None) -> str | None:
+    def op_of(self, cluster: str, node: str | None = None, group: str | None = None) -> str | None:
         """The newest operation in flight about this node (or group), for its events."""
-        for op in reversed(self._ops.get(cluster) or []):
+        for op in reversed(self.ops.get(cluster) or []):
             if (node and node in op.nodes) or (group and group in op.groups):
                 return op.id
         return None
 
-    def _rollback(self, c: ClusterRow, a: Action) -> None:
+    def rollback(self, c: ClusterRow, a: Action) -> None:
         """Legacy mode: a group cannot reach its count. A create rolls back to nothing (then Failed);
         an update goes back to the groups and counts it started from."""
         name, msg = c.name, a.reason
@@ -141,7 +168,7 @@ class Bookkeeping:
         self.store.add_event(name, "Cluster", "Error", f"cluster {name} is RollingBack the update: {msg}", grp=a.group)
 
     # ------------------------------------------------------------------ capacity
-    def _apply_arrivals(self) -> None:
+    def apply_arrivals(self) -> None:
         now = self.clock()
         for aid, t, due, count in self.store.pending_arrivals():
             if due > now:
@@ -163,7 +190,7 @@ class Bookkeeping:
                 self.store.retry_now(t)
 
     # ------------------------------------------------------------------ failures
-    def _fail(self, cluster: str, node: str, message: str, *, keep_phase: bool = False,
+    def fail(self, cluster: str, node: str, message: str, *, keep_phase: bool = False,
               permanent: bool = False, level: str = "Error", counted: bool = True) -> None:
         """The node failed a step: Failure with the reason; retried after a backoff, or never by
         itself when `permanent` (retry_at NO_RETRY: the planner leaves it alone)."""
@@ -184,11 +211,40 @@ class Bookkeeping:
                     else f"{node}: {message} (next try in {delay:.0f} s)")
         self.store.update_node(cluster, node, **vals)
         self.store.add_event(cluster, "Instance", level, said, grp=n.grp, node=node,
-                             operation_id=self._op_of(cluster, node, n.grp))
+                             operation_id=self.op_of(cluster, node, n.grp))
         if level == "Error" and not keep_phase and counted:
-            self.group_failed(cluster, n.grp, f"{node}: {message}")  # protected mode (lab/engine/watching.py)
+            self.group_failed(cluster, n.grp, f"{node}: {message}")  # protected mode
 
-    def _unreachable(self, cluster: str, node: str) -> None:
+    # ------------------------------------------------------------------ protected mode
+    def group_succeeded(self, cluster: str, group: str) -> None:
+        """A node of the group joined Slurm (or, a controller or login node, is ready): the count of
+        failures in a row starts over (a protected group stays so until resume_group)."""
+        g = self._group_row(cluster, group)
+        if g is not None and g.failures:
+            self.store.update_group(cluster, group, failures=0, failed_at=None)
+
+    def group_failed(self, cluster: str, group: str, why: str) -> None:
+        """A node of the group failed, or was rebooted or replaced by recovery: count it; at
+        protect_after in a row the group is protected (nothing of it retried until resume_group)."""
+        g = self._group_row(cluster, group)
+        if g is None:
+            return
+        now = self.clock()
+        count, protect = recovery.count_failure(g, now, self.protect_after)
+        vals = {"failures": count, "failed_at": now}
+        if protect:
+            vals["protected"] = (f"{count} failures in a row (the last: {why[:200]}); not retried until "
+                                 f"`slurmlab resume-group {cluster} {group}`")
+        self.store.update_group(cluster, group, **vals)
+        if protect:
+            self.store.add_event(cluster, "InstanceGroup", "Error", f"instance group {group} is protected: "
+                                 f"{vals['protected']}"[:500], grp=group)
+
+    def _group_row(self, cluster: str, group: str) -> GroupRow | None:
+        """The group as the store has it now (its failure count changes within a pass)."""
+        return next((x for x in self.store.groups(cluster) if x.name == group), None)
+
+    def unreachable(self, cluster: str, node: str) -> None:
         """A configure found the node's VM unreachable: after UNREACHABLE_REBOOT attempts, reboot it."""
         n = self.store.node(cluster, node)
         if n is None or n.attempts < UNREACHABLE_REBOOT or n.pending:
@@ -196,22 +252,22 @@ class Bookkeeping:
         msg = f"its VM runs but did not answer SSH in {n.attempts} configure attempts: rebooting it"
         self.store.update_node(cluster, node, pending="reboot", message=msg)
         self.store.add_event(cluster, "Instance", "Warning", f"{node}: {msg}", grp=n.grp, node=node,
-                             operation_id=self._op_of(cluster, node, n.grp))
+                             operation_id=self.op_of(cluster, node, n.grp))
 
-    def _short(self, cluster: str, a: Action) -> None:
+    def short(self, cluster: str, a: Action) -> None:
         """No capacity of the node's type: it waits (a Warning), retried with backoff or on arrival."""
-        self._fail(cluster, a.node, a.reason, level="Warning")
+        self.fail(cluster, a.node, a.reason, level="Warning")
 
-    def _keep_lost(self, cluster: str, a: Action) -> None:
+    def keep_lost(self, cluster: str, a: Action) -> None:
         """NodeRecovery None: the VM died; the node stays Failure until someone replaces or deletes it."""
-        g = self._group(cluster, a.group)
+        g = self.group(cluster, a.group)
         why = (f"instance group {a.group} is protected (slurmlab resume-group {cluster} {a.group})" if g.protected
                else "NodeRecovery is None")
         msg = f"VM {a.reason}; not replaced because {why} (BatchReplaceClusterNodes replaces it, BatchDeleteClusterNodes removes it)"
         self.store.update_node(cluster, a.node, phase="lost", message=msg, **_no_health_mark(cluster, a.node, self.store))
         self.store.add_event(cluster, "Instance", "Error", f"{a.node}: {msg}", grp=a.group, node=a.node)
 
-    def _disk_marks(self, cluster: str, nodes: list[NodeRow], seen: dict, p: planner.Plan) -> None:
+    def disk_marks(self, cluster: str, nodes: list[NodeRow], seen: dict, p: planner.Plan) -> None:
         """A node whose VM waits, paused, for room on the pool's disk says so (one Warning); once it was
         resumed the mark goes (one Info). Such a node is never replaced: its work is intact."""
         for n in nodes:
@@ -226,7 +282,20 @@ class Bookkeeping:
                 self.store.add_event(cluster, "Instance", "Info", f"{n.name}: {said}", grp=n.grp, node=n.name)
 
     # ------------------------------------------------------------------ node records
-    def _fill_addresses(self, c: ClusterRow, prov: Provider, nodes: list[NodeRow]) -> None:
+    async def place(self, c: ClusterRow, prov: Provider, groups: list[GroupRow], first: str) -> None:
+        """Before the cluster's first node record, its host (its network lives there), when the provider
+        has several: the choice asks every host, so it runs in a thread, off the engine's loop."""
+        if not isinstance(prov, Placement):
+            return
+        host = await in_thread(c.name, prov.place, c.name, sum(x.target_count * x.memory_mib for x in groups),
+                               sum(x.target_count * x.cpus for x in groups))
+        if host and host != c.host:
+            self.store.update_cluster(c.name, host=host)
+            c.host = host
+            self.store.add_event(c.name, "Cluster", "Info", f"cluster placed on host {host}",
+                                 operation_id=self.op_of(c.name, group=first))
+
+    def fill_addresses(self, c: ClusterRow, prov: Provider, nodes: list[NodeRow]) -> None:
         """Records written without an address (BatchAddClusterNodes) get one, and an instance id."""
         bare = [n for n in nodes if not n.address]
         if not bare:
@@ -241,53 +310,44 @@ class Bookkeeping:
             self.store.update_node(c.name, n.name, **vals)
             for k, v in vals.items():
                 setattr(n, k, v)
-        self._dirty.add(c.name)
+        self.dirty.add(c.name)
 
-    def _create_node(self, c: ClusterRow, prov: Provider, g: GroupRow, ordinal: int, addresses: set[str]) -> None:
+    def create_node(self, c: ClusterRow, prov: Provider, g: GroupRow, ordinal: int, addresses: set[str]) -> None:
         name = f"{c.name}-{g.name}-{ordinal}"
-        if not addresses:  # the cluster's first node: its host first (its network lives there)
-            groups = self.store.groups(c.name)
-            host = prov.place(c.name, sum(x.target_count * x.memory_mib for x in groups),
-                              sum(x.target_count * x.cpus for x in groups))
-            if host and host != c.host:
-                self.store.update_cluster(c.name, host=host)
-                c.host = host
-                self.store.add_event(c.name, "Cluster", "Info", f"cluster placed on host {host}",
-                                     operation_id=self._op_of(c.name, group=g.name))
         address, mac = prov.allocate(c.name, name, addresses, c.net_index)
         addresses.add(address)
         added = self.store.add_node(NodeRow(cluster=c.name, name=name, grp=g.name, ordinal=ordinal,
                                             instance_id=instance_id(c.name, name, prov.id_prefix),
                                             address=address, mac=mac, phase="planned"), if_absent=True)
         if added:
-            self._dirty.add(c.name)
+            self.dirty.add(c.name)
             self.store.add_event(c.name, "Instance", "Info", f"node {name} planned ({address})", grp=g.name, node=name,
-                                 operation_id=self._op_of(c.name, group=g.name))
+                                 operation_id=self.op_of(c.name, group=g.name))
 
-    def _new_instance(self, cluster: str, n: NodeRow, prov: Provider, message: str) -> None:
+    def new_instance(self, cluster: str, n: NodeRow, prov: Provider, message: str) -> None:
         """The node gets a fresh instance under the same name (a new generation and instance id)."""
         gen = n.generation + 1
         self.store.update_node(cluster, n.name, phase="planned", booted_at=None, configured_at=None, attempts=0,
                                retry_at=0, generation=gen, instance_id=instance_id(cluster, n.name, prov.id_prefix, gen),
                                message=message, **_after_new_instance(n.pending))
 
-    async def _prepare(self, c: ClusterRow, prov: Provider, gmap: dict[str, GroupRow], nodes: list[NodeRow]) -> None:
+    async def prepare(self, c: ClusterRow, prov: Provider, gmap: dict[str, GroupRow], nodes: list[NodeRow]) -> None:
         box = (c.spec.get("Lab") or {}).get("Box")
         machines = [MachineSpec(n.name, n.grp, gmap[n.grp].cpus, gmap[n.grp].memory_mib, n.mac, n.address,
                                 gmap[n.grp].node_type, n.image, state_disk_of(c, gmap[n.grp].node_type), start_of(c.spec))
                     for n in nodes if n.grp in gmap and n.address]
-        self._dirty.discard(c.name)
-        self._prepared.add(c.name)
+        self.dirty.discard(c.name)
+        self.prepared.add(c.name)
         await prov.prepare_async(c.name, machines, c.net_index, box)
 
-    def _machine(self, cluster: str, n: NodeRow) -> MachineSpec:
-        g = self._group(cluster, n.grp)
-        c = self._snap[cluster][0] if cluster in self._snap else self.store.cluster(cluster)
+    def machine(self, cluster: str, n: NodeRow) -> MachineSpec:
+        g = self.group(cluster, n.grp)
+        c = self.snap[cluster][0] if cluster in self.snap else self.store.cluster(cluster)
         return MachineSpec(n.name, n.grp, g.cpus, g.memory_mib, n.mac, n.address, g.node_type, n.image,
                            state_disk_of(c, g.node_type), start_of(c.spec))
 
-    def _group(self, cluster: str, group: str) -> GroupRow:
-        snap = self._snap.get(cluster)
+    def group(self, cluster: str, group: str) -> GroupRow:
+        snap = self.snap.get(cluster)
         g = snap[2].get(group) if snap else None
         if g is None:
             g = next(x for x in self.store.groups(cluster) if x.name == group)

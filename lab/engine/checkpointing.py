@@ -1,4 +1,4 @@
-"""Checkpoints and restores on the engine (a mixin of lab.engine.engine.Engine; the requests:
+"""Checkpoints and restores on the engine (`CheckpointRunner`, a part of lab.engine.engine.Engine; the requests:
 lab/engine/checkpoints.py). A checkpoint or restore asked for has the cluster: the engine plans nothing
 else for it (the VMs vanish for seconds while libvirt saves them, which the planner would take for
 lost VMs) and starts it once no other task of the cluster is in flight.
@@ -10,10 +10,13 @@ guest's clock to now.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 
+from lab.engine.backends import Backends
+from lab.engine.bookkeeping import Records
+from lab.engine.tasks import Tasks
+from lab.providers.base import CheckpointError, Checkpoints
 from lab.store.db import ClusterRow, GroupRow, NodeRow, Store
 
 log = logging.getLogger(__name__)
@@ -45,22 +48,26 @@ def put_record(st: Store, name: str, record: dict) -> None:
             st.add_node(NodeRow(**n))
 
 
-class Checkpointing:
-    def _checkpoint_pending(self, c: ClusterRow) -> bool:
+class CheckpointRunner:
+    def __init__(self, rec: Records, io: Backends, tasks: Tasks):
+        self.rec, self.io, self.tasks = rec, io, tasks
+        self.store, self.clock = rec.store, rec.clock
+
+    def pending(self, c: ClusterRow) -> bool:
         """A checkpoint or restore of the cluster is asked for or under way: the engine plans nothing
         else for it this pass; it starts the task once no other task of the cluster is in flight."""
-        op = next((o for o in self._ops.get(c.name) or () if o.kind in KINDS), None)
+        op = next((o for o in self.rec.ops.get(c.name) or () if o.kind in KINDS), None)
         if op is None:
             return False
-        mine = [k for (cl, k), t in self.tasks.items() if cl == c.name and not t.done()]
-        if not mine:
-            self.tasks[(c.name, "checkpoint")] = asyncio.create_task(self._checkpoint_task(c, op),
-                                                                     name=f"{c.name}:checkpoint")
+        if not self.tasks.keys(c.name) - {"io"}:
+            self.tasks.start(c.name, "checkpoint", self._checkpoint_task(c, op))
         return True
 
     async def _checkpoint_task(self, c: ClusterRow, op) -> None:
-        name, tag, prov = c.name, op.details["Tag"], self.provider_for(c)
+        name, tag, prov = c.name, op.details["Tag"], self.io.provider_for(c)
         try:
+            if not isinstance(prov, Checkpoints):
+                raise CheckpointError(f"provider {c.provider} keeps no checkpoints")
             if op.kind == CHECKPOINT:
                 out = await prov.checkpoint_async(name, tag, record_of(self.store, name))
                 msg = (f"checkpoint {tag} taken in {out['timings'].get('total', 0)} s: {len(out['nodes'])} VM(s), "
@@ -68,8 +75,8 @@ class Checkpointing:
             else:
                 out = await prov.restore_async(name, tag)
                 put_record(self.store, name, out["record"])
-                self._dirty.add(name)  # the Vagrantfile follows the restored nodes
-                conf, off = self.configurer_for(c), {}
+                self.rec.dirty.add(name)  # the Vagrantfile follows the restored nodes
+                conf, off = self.io.configurer_for(c), {}
                 if conf is not None:
                     cc, groups, nodes = self.store.snapshot(name)
                     off = await conf.set_clocks_async(conf.context(cc, groups, nodes)) or {}

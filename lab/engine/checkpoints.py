@@ -20,6 +20,8 @@ from lab.engine.checkpointing import CHECKPOINT, KINDS, RESTORE
 from lab.engine.operations import new_op
 from lab.engine.views import get
 from lab.errors import Conflict, UsageError
+from lab.providers import registry
+from lab.providers.base import Checkpoints
 from lab.store.db import ClusterRow, Store
 
 TAG = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
@@ -28,8 +30,11 @@ REFUSED = {"Deleting": "being deleted", "RollingBack": "rolling back", "Failed":
            "SystemUpdating": "in a rolling software update"}
 
 
-def _provider(c: ClusterRow):
-    return daemon.make_provider(c.provider)
+def _provider(c: ClusterRow) -> Checkpoints:
+    prov = registry.make(c.provider)
+    if not isinstance(prov, Checkpoints):
+        raise UsageError(f"cluster '{c.name}' is made by provider {c.provider}, which keeps no checkpoints")
+    return prov
 
 
 def request(st: Store, name: str, tag: str, kind: str = CHECKPOINT, *,

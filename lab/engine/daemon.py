@@ -80,23 +80,18 @@ def stop(timeout: float = 30) -> bool:
 
 
 def make_provider(name: str):
-    """The provider a cluster was created with: "vagrant" (real VMs) or "sim" (simulated VMs)."""
-    if name == "vagrant":
-        from lab.providers.vagrant import VagrantProvider
+    """The provider a cluster was created with (lab/providers/registry.py)."""
+    from lab.providers import registry
 
-        return VagrantProvider()
-    if name == "sim":
-        from lab.providers.sim import SimProvider
-
-        # The simulated VMs outlive the engine (as libvirt domains do): a restarted engine finds them.
-        return SimProvider(boot_time=float(os.environ.get("SLURMLAB_SIM_BOOT_TIME", "1.0")),
-                           path=paths.home() / "sim-vms.db")
-    raise ValueError(f"unknown provider {name!r}")
+    return registry.make(name)
 
 
 def make_configurer(name: str):
-    if name == "sim":
-        from lab.providers.sim import SimConfigurer
+    """What configures the nodes of provider `name`'s clusters: Ansible, or the sim's stand-in."""
+    from lab.providers import registry
+
+    if registry.info(name).configured_by == "sim":
+        from lab.configure.sim import SimConfigurer
 
         return SimConfigurer()
     from lab.configure.ansible import AnsibleConfigurer

@@ -4,7 +4,7 @@ another host with room (docs/adr/0010-hosts.md).
 A cluster whose VMs cannot be observed is first only stale (lab/engine/sight.py): a libvirtd
 restarted within a minute loses nothing. When the cluster lives on another host than this machine
 and that host has not answered for `host_lost_s`, the engine gives the host up for that cluster:
-the provider places the cluster on another host (`Provider.rehome`), every node gets a fresh
+the provider places the cluster on another host (`Placement.rehome`), every node gets a fresh
 instance shown as Failure with the reason for `FAILURE_SHOWN_S`, then launched on the new host in
 the usual order (controller first; its state disk is new there, so /home starts empty). With
 NodeRecovery None the cluster stays where it is and its nodes become Failure (not replaced). With no other host that has room, the nodes stay Failure
@@ -18,7 +18,10 @@ from __future__ import annotations
 import logging
 import os
 
-from lab.providers.base import Provider, ProviderUnreachable, in_thread
+from lab.engine.bookkeeping import Records
+from lab.engine.sight import Sight
+from lab.engine.tasks import Tasks
+from lab.providers.base import Placement, Provider, ProviderUnreachable, in_thread
 from lab.store.db import ClusterRow, GroupRow, NodeRow
 
 log = logging.getLogger(__name__)
@@ -28,17 +31,22 @@ FAILURE_SHOWN_S = 5.0
 
 
 class HostLoss:
-    """Mixin of the Engine (uses its store, clock, sight, tasks, _prepared, _dirty, _new_instance)."""
+    """Gives up a cluster's lost host (`check`, each pass the cluster cannot be observed)."""
 
-    async def _maybe_host_lost(self, c: ClusterRow, prov: Provider, groups: list[GroupRow], nodes: list[NodeRow],
+    def __init__(self, rec: Records, sight: Sight, tasks: Tasks, host_lost_s: float = HOST_LOST_S):
+        self.rec, self.sight, self.tasks = rec, sight, tasks
+        self.store, self.clock = rec.store, rec.clock
+        self.host_lost_s = host_lost_s  # a cluster's host silent this long is given up
+
+    async def check(self, c: ClusterRow, prov: Provider, groups: list[GroupRow], nodes: list[NodeRow],
                                e: Exception) -> None:
         if not isinstance(e, ProviderUnreachable) or c.status == "Deleting":
             return
-        old = prov.host_of(c.name)
+        old = prov.host_of(c.name) if isinstance(prov, Placement) else None
         if old is None or old == "local":
             return
         since = self.sight.blind_since(c.name)
-        if since is None or self.clock() - since < self.host_lost_s or any(k[0] == c.name for k in self.tasks):
+        if since is None or self.clock() - since < self.host_lost_s or self.tasks.any_of(c.name):
             return
         reason = f"host {old} lost ({e})"
         if (c.spec.get("NodeRecovery") or "Automatic") != "Automatic":
@@ -60,14 +68,14 @@ class HostLoss:
         for n in nodes:
             if n.phase in ("removing", "removed"):
                 continue
-            self._new_instance(c.name, n, prov, f"{reason}: replaced on host {new} (NodeRecovery Automatic)")
+            self.rec.new_instance(c.name, n, prov, f"{reason}: replaced on host {new} (NodeRecovery Automatic)")
             # a new address on the new host's network (its subnet may differ): _fill_addresses
             self.store.update_node(c.name, n.name, phase="failed", retry_at=now + FAILURE_SHOWN_S, address="")
             self.store.add_event(c.name, "Instance", "Error", f"{n.name}: Failure: {reason}; a new instance is "
                                  f"launched on host {new} (NodeRecovery Automatic)", grp=n.grp, node=n.name)
         self.store.update_cluster(c.name, host=new)
-        self._prepared.discard(c.name)
-        self._dirty.add(c.name)
+        self.rec.forget(c.name)
+        self.rec.dirty.add(c.name)
         self.store.add_event(c.name, "Cluster", "Error",
                              f"{reason}: cluster {c.name} now lives on host {new}; its nodes are launched again there")
         log.warning("cluster %s: %s; moved to host %s", c.name, reason, new)

@@ -1,5 +1,5 @@
 """UpdateClusterSoftware on the engine: a rolling replacement of nodes with another box, batch by batch.
-A mixin of lab.engine.engine.Engine; quick store writes on the engine's loop, once a pass.
+`Rollout`, a part of lab.engine.engine.Engine; quick store writes on the engine's loop, once a pass.
 
 The operation's details (written by lab/engine/software.py, then here) carry the plan: `Image` (the
 box), `BatchSize`, `Wait` (s between batches), `Groups`, and the run's state: `Batch` (the nodes of
@@ -23,6 +23,7 @@ database) moves to the new VM (docs/adr/0007). Running jobs go on meanwhile; Slu
 from __future__ import annotations
 
 from lab.engine.plan import HEALTH_ASKED, HEALTH_CHECKING, UPDATE_DRAIN, failed_for_good, leaving
+from lab.engine.bookkeeping import Records
 from lab.store.db import ClusterRow, GroupRow, NodeRow
 
 UPDATE = "UpdateClusterSoftware"
@@ -34,17 +35,21 @@ def cluster_box(c: ClusterRow) -> str:
     return (c.spec.get("Lab") or {}).get("Box") or DEFAULT_BOX
 
 
-class Rolling:
-    def _update_op(self, cluster: str):
+class Rollout:
+    def __init__(self, rec: Records):
+        self.rec = rec
+        self.store, self.clock = rec.store, rec.clock
+
+    def op(self, cluster: str):
         return next((op for op in self.store.operations(cluster, "InProgress") if op.kind == UPDATE), None)
 
-    def _update_targets(self, cluster: str) -> dict[str, str]:
-        op = self._update_op(cluster)
+    def targets(self, cluster: str) -> dict[str, str]:
+        op = self.op(cluster)
         return dict((op.details or {}).get("Targets") or {}) if op else {}
 
-    def _update_checked(self, cluster: str, op_id: str, node: str, failures: list[str]) -> None:
+    def checked(self, cluster: str, op_id: str, node: str, failures: list[str]) -> None:
         """The health check of a replaced node (step 3): the result goes into the operation."""
-        op = self._update_op(cluster)
+        op = self.op(cluster)
         n = self.store.node(cluster, node)
         if op is None or op.id != op_id or n is None or n.pending != HEALTH_CHECKING:
             return  # something else took the node over meanwhile (a delete, a reboot): as _health_result
@@ -59,10 +64,10 @@ class Rolling:
         self.store.set_operation_details(op_id, d)
         self.store.update_node(cluster, node, pending=None, message="")
 
-    def _software(self, c: ClusterRow, gmap: dict[str, GroupRow], nodes: list[NodeRow]) -> None:
-        if not any(o.kind == UPDATE for o in self._ops.get(c.name) or ()):  # this pass's InProgress operations
+    def step(self, c: ClusterRow, gmap: dict[str, GroupRow], nodes: list[NodeRow]) -> None:
+        if not any(o.kind == UPDATE for o in self.rec.ops.get(c.name) or ()):  # this pass's InProgress operations
             return
-        op = self._update_op(c.name)  # read again: the health-check task may have written its details
+        op = self.op(c.name)  # read again: the health-check task may have written its details
         if op is None or c.status == "Deleting":
             return
         d, now, name = dict(op.details), self.clock(), c.name
@@ -129,11 +134,11 @@ class Rolling:
         with self.store.tx():
             for x in names:
                 n = self.store.node(cluster, x)
-                if n is not None and self._group(cluster, n.grp).node_type == "Controller":
+                if n is not None and self.rec.group(cluster, n.grp).node_type == "Controller":
                     self.store.update_node(cluster, x, pending="replace", image=targets.get(x),
                                            message=f"SystemUpdating: its VM is replaced with box {targets.get(x)}; "
                                                    "/home, /fsx, Slurm's state and accounting stay on its state disk")
-                    self._dirty.add(cluster)  # its new box goes into the Vagrantfile before the launch
+                    self.rec.dirty.add(cluster)  # its new box goes into the Vagrantfile before the launch
                 else:
                     self.store.update_node(cluster, x, pending=UPDATE_DRAIN, message=message.format(targets.get(x)))
 

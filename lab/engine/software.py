@@ -20,6 +20,7 @@ from lab.engine.plan import leaving
 from lab.engine.rolling import UPDATE, cluster_box
 from lab.engine.views import get, named_group
 from lab.errors import Conflict, UsageError
+from lab.providers import registry
 from lab.store.db import ClusterRow, Store
 
 
@@ -76,7 +77,7 @@ def update_software(st: Store, name: str, groups: list[str] | None = None, deplo
 
 
 def _keeps_state(c: ClusterRow, node: str) -> bool:
-    return daemon.make_provider(c.provider).keeps_state(c.name, node)
+    return registry.make(c.provider).keeps_state(c.name, node)
 
 
 def _batch_size(policy: dict, nodes: int) -> int:

@@ -1,4 +1,4 @@
-"""The engine watches Slurm too (docs/recovery.md). A mixin of lab.engine.engine.Engine.
+"""The engine watches Slurm too (docs/recovery.md): `SlurmWatch`, a part of lab.engine.engine.Engine.
 
 Every `slurm_period_s` a task asks the cluster's configurer for Slurm's view of the compute nodes
 (a real cluster: one `sinfo` on the controller); the next pass gives it to lab/engine/recovery.py
@@ -7,8 +7,8 @@ a reboot or replacement (the node's `pending`, which the planner acts on as for
 BatchRebootClusterNodes / BatchReplaceClusterNodes). A controller whose slurmctld does not answer
 is marked on the cluster (`slurm_problem`: DescribeCluster's Lab.SlurmProblem) with one event.
 
-A group's failures in a row are counted here too (`group_failed`), and a group that reaches
-recovery.PROTECT_AFTER is protected: nothing of it is retried until `resume_group`.
+A group's failures in a row are counted by lab/engine/bookkeeping.py (`group_failed`); a group that
+reaches recovery.PROTECT_AFTER is protected: nothing of it is retried until `resume_group` (here).
 
 The engine's own liveness: each pass writes a heartbeat (`engine_seen_at` in the store's meta,
 at most every HEARTBEAT_S), which DescribeCluster and the console show.
@@ -20,8 +20,12 @@ import logging
 import time
 
 from lab.engine import recovery
+from lab.engine.actions import Steps
+from lab.engine.backends import Backends
+from lab.engine.bookkeeping import Records
 from lab.engine.plan import NO_RETRY, Action, node_recovery
 from lab.errors import UsageError
+from lab.engine.tasks import Tasks
 from lab.store.db import ClusterRow, Store
 
 log = logging.getLogger(__name__)
@@ -31,25 +35,30 @@ ENGINE_STALE_S = 60.0  # no heartbeat this long: DescribeCluster says the engine
 WATCHED = ("InService", "Updating")  # the cluster statuses whose Slurm the engine reads
 
 
-class Watching:
+class SlurmWatch:
+    """Reads Slurm's view of each cluster (a task per cluster, at most every `slurm_period_s`) and acts
+    on it the next pass: marks, events, and recovery steps (a slurmd restart is a task of `steps`; a
+    reboot or replace is the node's `pending`, which the planner acts on)."""
 
-    def _watch_init(self, slurm_period_s: float, recover_after_s: float, protect_after: int) -> None:
+    def __init__(self, rec: Records, io: Backends, tasks: Tasks, steps: Steps, *,
+                 slurm_period_s: float = recovery.SLURM_PERIOD_S, recover_after_s: float = recovery.RECOVER_AFTER_S):
+        self.rec, self.io, self.tasks, self.steps = rec, io, tasks, steps
+        self.store, self.clock = rec.store, rec.clock
         self.slurm_period_s = slurm_period_s
         self.recover_after_s = recover_after_s
-        self.protect_after = protect_after
         self._views: dict = {}  # cluster -> (view, taken_at) or an exception, until the next pass
         self._polled_at: dict[str, float] = {}
         self._beat_at = float("-inf")
 
     # ------------------------------------------------------------------ heartbeat
-    def _heartbeat(self) -> None:
+    def heartbeat(self) -> None:
         now = time.time()  # wall time, whatever clock the engine plans with: readers compare it to theirs
         if now - self._beat_at >= HEARTBEAT_S:
             self._beat_at = now
             self.store.set_meta("engine_seen_at", now)
 
     # ------------------------------------------------------------------ the poll
-    def _watch(self, c: ClusterRow, groups, nodes, busy: set[str]) -> None:
+    def watch(self, c: ClusterRow, groups, nodes, busy: set[str]) -> None:
         polled = self._polled_at
         got = self._views.pop(c.name, None)
         if got is not None:
@@ -64,16 +73,16 @@ class Watching:
         now = self.clock()
         if now - polled.get(c.name, float("-inf")) < self.slurm_period_s:
             return
-        conf = self.configurer_for(c)
+        conf = self.io.configurer_for(c)
         if conf is None:
             return
         polled[c.name] = now
-        ctx = self._context_from(c, groups, nodes)
-        self._start_task(c.name, "slurm", self._poll_slurm(c.name, conf, ctx))
+        ctx = self.io.context_from(c, groups, nodes)
+        self.tasks.start(c.name, "slurm", self._poll_slurm(c.name, conf, ctx))
 
     async def _poll_slurm(self, cluster: str, conf, ctx) -> None:
         try:
-            got = await conf.slurm_nodes_async(ctx, self._faults)
+            got = await conf.slurm_nodes_async(ctx, self.rec.faults)
         except Exception as e:  # noqa: BLE001 - the next pass shows it (slurmctld does not answer)
             got = e
         if got is not None:
@@ -111,7 +120,7 @@ class Watching:
             self.store.add_event(name, "Instance", "Warning", f"{d.node}: {d.text}{what}"[:500], grp=d.group, node=d.node)
         elif d.kind == "clear":
             self.store.update_node(name, d.node, slurm=None, slurm_since=None, repairs=0, message="")
-            self.group_succeeded(name, d.group)
+            self.rec.group_succeeded(name, d.group)
             self.store.add_event(name, "Instance", "Info", f"{d.node}: usable in Slurm again ({d.text})",
                                  grp=d.group, node=d.node)
         elif d.kind == "wait":
@@ -122,67 +131,14 @@ class Watching:
                                    message=f"{n.slurm}: restarting slurmd")
             self.store.add_event(name, "Instance", "Warning", f"{d.node}: {d.text}: restarting slurmd",
                                  grp=d.group, node=d.node)
-            self._start_task(name, d.node, self._guard(name, Action("repair", node=d.node, group=d.group)))
+            self.tasks.start(name, d.node, self.steps.run(name, Action("repair", node=d.node, group=d.group)))
         elif d.kind in ("reboot", "replace"):
             self.store.update_node(name, d.node, pending=d.kind, repairs=n.repairs + (not d.by_user), slurm_since=now,
                                    message=f"{d.kind} ({d.text})"[:500])
             self.store.add_event(name, "Instance", "Warning", f"{d.node}: {d.text}: {d.kind}", grp=d.group,
                                  node=d.node)
             if not d.by_user:
-                self.group_failed(name, d.group, f"{d.node}: {d.text}")
-
-    async def _do_repair(self, cluster: str, a: Action, ctx=None) -> None:
-        c = self._snap[cluster][0]
-        conf = self.configurer_for(c)
-        if ctx is None:
-            ctx = self.context(cluster)
-        try:
-            why = await conf.restart_slurmd_async(ctx, a.node)
-        except Exception as e:  # noqa: BLE001 - the node stays marked; the next step of the ladder follows
-            why = str(e) or type(e).__name__
-        if why:
-            self.store.add_event(cluster, "Instance", "Warning", f"{a.node}: slurmd restart failed: {why}"[:500],
-                                 grp=a.group, node=a.node)
-
-    async def _take_down(self, cluster: str, node: str, why: str) -> None:
-        """A compute node Slurm knows goes DOWN before its VM is rebooted or replaced: its jobs end now
-        (and a batch job is requeued) instead of after SlurmdTimeout."""
-        n = self.store.node(cluster, node)
-        g = self._group(cluster, n.grp) if n else None
-        if n is None or n.joined_at is None or g.node_type != "Compute":
-            return
-        conf = self.configurer_for(self._snap[cluster][0])
-        try:
-            said = await conf.take_down_async(self.context(cluster), node, why)
-        except Exception as e:  # noqa: BLE001 - best effort: Slurm finds out by itself later
-            said = str(e)
-        if said:
-            log.warning("%s: could not set it DOWN in Slurm first: %s", node, said)
-
-    # ------------------------------------------------------------------ protected mode
-    def group_succeeded(self, cluster: str, group: str) -> None:
-        """A node of the group joined Slurm (or, a controller or login node, is ready): the count of
-        failures in a row starts over (a protected group stays so until resume_group)."""
-        g = next((x for x in self.store.groups(cluster) if x.name == group), None)
-        if g is not None and g.failures:
-            self.store.update_group(cluster, group, failures=0, failed_at=None)
-
-    def group_failed(self, cluster: str, group: str, why: str) -> None:
-        """A node of the group failed, or was rebooted or replaced by recovery: count it; at
-        protect_after in a row the group is protected (nothing of it retried until resume_group)."""
-        g = next((x for x in self.store.groups(cluster) if x.name == group), None)
-        if g is None:
-            return
-        now = self.clock()
-        count, protect = recovery.count_failure(g, now, self.protect_after)
-        vals = {"failures": count, "failed_at": now}
-        if protect:
-            vals["protected"] = (f"{count} failures in a row (the last: {why[:200]}); not retried until "
-                                 f"`slurmlab resume-group {cluster} {group}`")
-        self.store.update_group(cluster, group, **vals)
-        if protect:
-            self.store.add_event(cluster, "InstanceGroup", "Error", f"instance group {group} is protected: "
-                                 f"{vals['protected']}"[:500], grp=group)
+                self.rec.group_failed(name, d.group, f"{d.node}: {d.text}")
 
 
 def resume_group(st: Store, cluster: str, group: str) -> dict:

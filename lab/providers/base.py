@@ -175,16 +175,19 @@ def threads_running(cluster: str) -> int:
 
 
 class Provider(ABC):
-    """Creates, observes and removes a cluster's VMs. `name` is what ClusterRow.provider says;
-    `id_prefix` starts the instance ids of its nodes."""
+    """The core contract: a cluster's VMs made, observed and removed. `name` is what ClusterRow.provider
+    says (lab/providers/registry.py: what each provider can do); `id_prefix` starts the instance ids of
+    its nodes. Optional abilities are interfaces of their own that the engine detects with isinstance:
+    `Checkpoints` (save and restore a whole cluster) and `Placement` (several hosts)."""
 
     name: str = "provider"
     id_prefix: str = "i-"
 
     # ---------------------------------------------------------------- blocking methods
-    @abstractmethod
-    def preflight(self) -> list[str]:
-        """What is missing on this host to use the provider (empty: ready)."""
+    def preflight(self, box: str | None) -> None:
+        """Make this machine ready for a new cluster made from `box` (None: the default box): the host
+        set-up, the box present. Idempotent; raises a LabError naming what is missing and its fix.
+        Called once per create, before the cluster is recorded. Default: nothing to do."""
 
     @abstractmethod
     def allocate(self, cluster: str, name: str, used: set[str], preferred_index: int = 0) -> tuple[str, str]:
@@ -216,51 +219,12 @@ class Provider(ABC):
     def delete_cluster(self, cluster: str) -> list[str]:
         """Every VM, volume and network of the cluster gone; what was removed, for humans."""
 
-    @abstractmethod
-    def collect_logs(self, cluster: str, dest: Path) -> list[Path]:
-        """Copy the cluster's provider logs into `dest`."""
-
-    @abstractmethod
-    def checkpoint(self, cluster: str, tag: str, record: dict) -> dict:
-        """Save every VM of the cluster at one moment (memory and disks) as checkpoint `tag`, with
-        `record` (the engine's rows of the cluster); the VMs run on. Returns {tag, created, size,
-        timings}. Raises lab.providers.checkpoint.CheckpointError (a duplicate tag, no room)."""
-
-    @abstractmethod
-    def restore(self, cluster: str, tag: str) -> dict:
-        """Put every VM back as checkpoint `tag` has it (VMs added since go, removed ones come back,
-        each with its memory: no boot); returns {record, timings}. The guests' clocks are the
-        checkpoint's: the configurer sets them."""
-
-    @abstractmethod
-    def checkpoints(self, cluster: str) -> list[dict]:
-        """The cluster's checkpoints, oldest first: {tag, created, size, nodes}."""
-
-    @abstractmethod
-    def delete_checkpoint(self, cluster: str, tag: str) -> None:
-        """Remove one checkpoint (CheckpointError if there is none of that tag)."""
-
     def stop(self, cluster: str, name: str) -> None:
         """Shut the VM down cleanly (its guest flushes its disks), if it runs; the VM stays defined."""
 
     def keeps_state(self, cluster: str, name: str) -> bool:
         """Whether the VM has a state disk that outlives it (a new VM of that name finds the data)."""
         return False
-
-    def place(self, cluster: str, memory_mib: int, cpus: int) -> str | None:
-        """Choose the host of a new cluster needing `memory_mib` and `cpus` in all (once: later calls
-        return the same); its name, or None when the provider has one host. Quick after the first call."""
-        return None
-
-    def host_of(self, cluster: str) -> str | None:
-        """The host the cluster was placed on (None: the provider has one host)."""
-        return None
-
-    def rehome(self, cluster: str, memory_mib: int, cpus: int) -> str | None:
-        """The cluster's host is lost: place it on another host with room for all of it (its VMs there are
-        made anew; the old host's are removed when it answers again). The new host's name, or None
-        when no other host has room (or the provider has one host)."""
-        return None
 
     # ---------------------------------------------------------------- what the engine awaits
     async def prepare_async(self, cluster: str, machines: list[MachineSpec], preferred_index: int = 0,
@@ -285,6 +249,30 @@ class Provider(ABC):
     async def stop_async(self, cluster: str, name: str) -> None:
         return await in_thread(cluster, self.stop, cluster, name)
 
+
+class Checkpoints(ABC):
+    """A provider that can save a whole running cluster at one moment and put it back (docs/adr/0008)."""
+
+    @abstractmethod
+    def checkpoint(self, cluster: str, tag: str, record: dict) -> dict:
+        """Save every VM of the cluster at one moment (memory and disks) as checkpoint `tag`, with
+        `record` (the engine's rows of the cluster); the VMs run on. Returns {tag, created, size,
+        timings}. Raises CheckpointError (a duplicate tag, no room)."""
+
+    @abstractmethod
+    def restore(self, cluster: str, tag: str) -> dict:
+        """Put every VM back as checkpoint `tag` has it (VMs added since go, removed ones come back,
+        each with its memory: no boot); returns {record, timings}. The guests' clocks are the
+        checkpoint's: the configurer sets them."""
+
+    @abstractmethod
+    def checkpoints(self, cluster: str) -> list[dict]:
+        """The cluster's checkpoints, oldest first: {tag, created, size, nodes}."""
+
+    @abstractmethod
+    def delete_checkpoint(self, cluster: str, tag: str) -> None:
+        """Remove one checkpoint (CheckpointError if there is none of that tag)."""
+
     async def checkpoint_async(self, cluster: str, tag: str, record: dict) -> dict:
         return await in_thread(cluster, self.checkpoint, cluster, tag, record)
 
@@ -292,6 +280,26 @@ class Provider(ABC):
         return await in_thread(cluster, self.restore, cluster, tag)
 
 
+class Placement(ABC):
+    """A provider with several hosts (docs/adr/0010): a cluster is placed whole on one, and moved to
+    another when its host is lost. Blocking calls (they ask every host): the engine runs them in threads."""
+
+    @abstractmethod
+    def place(self, cluster: str, memory_mib: int, cpus: int) -> str | None:
+        """Choose the host of a new cluster needing `memory_mib` and `cpus` in all (once: later calls
+        return the same); its name."""
+
+    @abstractmethod
+    def host_of(self, cluster: str) -> str | None:
+        """The host the cluster was placed on (None: not placed yet)."""
+
+    @abstractmethod
+    def rehome(self, cluster: str, memory_mib: int, cpus: int) -> str | None:
+        """The cluster's host is lost: place it on another host with room for all of it (its VMs there are
+        made anew; the old host's are removed when it answers again). The new host's name, or None
+        when no other host has room."""
+
+
 # The engine's coroutine face, and the blocking methods behind it (tests check both providers).
 ENGINE_METHODS = ("allocate", "prepare_async", "observe_async", "ensure_async", "reboot_async", "remove_async",
-                  "delete_cluster_async", "stop_async", "checkpoint_async", "restore_async")
+                  "delete_cluster_async", "stop_async")

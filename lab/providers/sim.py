@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab.providers.base import LaunchError, MachineSpec, Observed, Provider, mac_for
+from lab.providers.base import Checkpoints, LaunchError, MachineSpec, Observed, Provider, mac_for
 from lab.providers.sim_checkpoints import SimCheckpoints
 from lab.workspace import ClusterDir
 
@@ -92,7 +92,7 @@ class SimVM:
     boots: int = 1
 
 
-class SimProvider(SimCheckpoints, Provider):
+class SimProvider(SimCheckpoints, Provider, Checkpoints):
     """Simulated VMs (the whole Provider contract). The engine's coroutine twins (`*_async`) run on
     its loop: quick record changes, and boots that wait on `sleep` (virtual time in tests), so
     thousands of simulated boots cost no thread. The blocking methods wait on wall time."""
@@ -101,7 +101,6 @@ class SimProvider(SimCheckpoints, Provider):
 
     name = "sim"
     id_prefix = ID_PREFIX
-    simulated = True
 
     def __init__(self, boot_time: float = 1.0, *, clock: Callable[[], float] = time.time,
                  sleep: Callable[[float], Awaitable[None]] | None = None, path: Path | None = None,
@@ -143,9 +142,6 @@ class SimProvider(SimCheckpoints, Provider):
                 self._db.execute("DELETE FROM vms WHERE cluster=? AND name=?", (cluster, name))
 
     # ------------------------------------------------------------------ interface
-    def preflight(self) -> list[str]:
-        return []
-
     def allocate(self, cluster: str, name: str, used: set[str], preferred_index: int = 0) -> tuple[str, str]:
         """A made-up address on the cluster's simulated 10.N.0.0/16, and the node's stable MAC."""
         net = preferred_index % 250 or 1
@@ -255,9 +251,6 @@ class SimProvider(SimCheckpoints, Provider):
     async def delete_cluster_async(self, cluster: str) -> list[str]:
         return self.delete_cluster(cluster)
 
-    def collect_logs(self, cluster: str, dest: Path) -> list[Path]:
-        return []
-
     def stop(self, cluster: str, name: str) -> None:
         """A clean shutdown: the simulated VM is shut off (it stays defined)."""
         with self._lock:
@@ -289,5 +282,3 @@ class SimProvider(SimCheckpoints, Provider):
                 vms[name].state = state
                 self._save(vms[name])
 
-
-from lab.providers.sim_configurer import SimConfigurer  # noqa: E402,F401 - its old home

@@ -19,7 +19,8 @@ from lab import secrets
 from lab.errors import LabError
 from lab.host import kvm, libvirtd, registry
 from lab.providers import checkpoint, disk, fork, network, placement, priority, state_disk, templates
-from lab.providers.base import DISK_FULL, ClusterNet, LaunchError, MachineSpec, Observed, Provider, ProviderUnreachable, mac_for
+from lab.providers.base import (DISK_FULL, Checkpoints, ClusterNet, LaunchError, MachineSpec, Observed, Placement, Provider,
+                                ProviderUnreachable, mac_for)
 from lab.providers.warm import WarmStart
 from lab.providers import vagrantfile
 from lab.providers.vagrantfile import render
@@ -58,7 +59,7 @@ def _vagrant_env() -> dict[str, str]:
     }
 
 
-class VagrantProvider(Provider):
+class VagrantProvider(Provider, Checkpoints, Placement):
     """Real VMs. Every method blocks (subprocesses, libvirt): the engine runs the coroutine twins
     of lab.providers.base.Provider, which put each call in a thread."""
 
@@ -140,11 +141,14 @@ class VagrantProvider(Provider):
         return network.ensure(cluster, preferred_index)
 
     # ------------------------------------------------------------------ interface
-    def preflight(self) -> list[str]:
-        from lab import doctor
 
-        res = doctor.run_probes([p for p in doctor.probes() if p.id in ("root", "tool:vagrant", "vagrant-libvirt", "libvirt", "box")])
-        return [f"{r.title}: {r.detail} (fix: {r.fix})" for r in doctor.blocking_failures(res)]
+    def preflight(self, box: str | None) -> None:
+        """The box added to Vagrant, then the host up (namespace, libvirtd, pool): a missing box changes nothing."""
+        from lab import box as boxes
+        from lab.host import libvirtd
+
+        boxes.require(box)
+        libvirtd.up()
 
     def allocate(self, cluster: str, name: str, used: set[str], preferred_index: int = 0) -> tuple[str, str]:
         """A free static address on the cluster's network, and the node's stable MAC."""
@@ -389,12 +393,4 @@ class VagrantProvider(Provider):
     def keeps_state(self, cluster: str, name: str) -> bool:
         return state_disk.attached(cluster, name)
 
-    def collect_logs(self, cluster: str, dest: Path) -> list[Path]:
-        src = ClusterDir(cluster).logs
-        dest.mkdir(parents=True, exist_ok=True)
-        out = []
-        for f in sorted(src.glob("*.log")) if src.exists() else []:
-            shutil.copy2(f, dest / f.name)
-            out.append(dest / f.name)
-        return out
 

@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 from lab.engine import clusters
-from lab.engine.engine import instance_id
+from lab.engine.bookkeeping import instance_id
 from lab.spec import spec_from_request
 from lab.store.db import NodeRow, Store
 

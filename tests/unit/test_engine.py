@@ -3,7 +3,8 @@ import time
 
 import pytest
 
-from lab.engine.engine import Engine, backoff
+from lab.engine.bookkeeping import backoff
+from lab.engine.engine import Engine
 from lab.store.db import ClusterRow, GroupRow, Store
 from tests.fakes import FakeConfigurer, FakeProvider
 

@@ -7,10 +7,26 @@ from __future__ import annotations
 import asyncio
 
 from lab.engine import clusters
-from lab.providers.base import ProviderUnreachable
+from lab.providers.base import Placement, ProviderUnreachable
+from lab.providers.sim import SimProvider
 from tests.simlab import SimLab, spec_text
 
 DOWN = "libvirt unreachable on host h2 (qemu+unix:///system?socket=/x): Connection refused"
+
+
+class PlacedSim(SimProvider, Placement):
+    """The sim provider with hosts (the engine detects Placement): they are a test's `Hosts`."""
+
+    hosts: "Hosts"
+
+    def place(self, cluster, memory_mib, cpus):
+        return self.hosts.host
+
+    def host_of(self, cluster):
+        return self.hosts.host
+
+    def rehome(self, cluster, memory_mib, cpus):
+        return self.hosts.rehome(cluster, memory_mib, cpus)
 
 
 class Hosts:
@@ -21,8 +37,8 @@ class Hosts:
         self.lab, self.host, self.spare, self.down, self.rehomed = lab, host, spare, False, []
         self.real = lab.prov.observe_async
         lab.prov.observe_async = self.observe_async
-        lab.prov.host_of = lambda cluster: self.host
-        lab.prov.rehome = self.rehome
+        lab.prov.__class__ = PlacedSim
+        lab.prov.hosts = self
 
     async def observe_async(self, cluster):
         if self.down:

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from lab.engine.recovery import PROTECT_AFTER, PROTECT_WINDOW_S, RECOVER_AFTER_S, SlurmNode, assess, count_failure, parse_sinfo
+from lab.configure.sinfo import SlurmNode, parse_sinfo
+from lab.engine.recovery import PROTECT_AFTER, PROTECT_WINDOW_S, RECOVER_AFTER_S, assess, count_failure
 from lab.store.db import GroupRow, NodeRow
 
 NOW = 10_000.0
