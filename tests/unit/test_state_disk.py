@@ -13,10 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = yaml.safe_load((ROOT / "roles/state_disk/tasks/main.yml").read_text())[1]["vars"]["state_disk_script"]
+SCRIPT = (ROOT / "roles/state_disk/files/state-disk.sh").read_text()  # what tasks/main.yml passes to sh -c
 
 FAKE = r'''#!PYTHON
 import json, os, sys
