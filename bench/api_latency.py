@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 
 
 def seed(st, nodes: int) -> None:
-    from lab.engine import clusters
+    from lab.control import clusters
     from lab.engine.bookkeeping import instance_id
     from lab.spec import spec_from_request
     from lab.store.db import NodeRow

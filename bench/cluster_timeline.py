@@ -173,7 +173,7 @@ def host_room(cluster: str | None = None) -> tuple[int, int | None, str]:
 
 def compute_shape(spec: Path) -> tuple[int, int, int]:
     """(MiB, vCPUs) of one node of the spec's first compute group, and the spec's total VM MiB."""
-    from lab.engine import clusters
+    from lab.control import clusters
     from lab.spec import load_spec
 
     s = load_spec(spec)
@@ -187,7 +187,7 @@ def template_check(spec: Path) -> list[str]:
     cannot be forked, a shape with no template yet (the first fork builds it, inside the measured
     time) or whose build failed (its nodes boot cold). Empty: every shape has its template."""
     from lab import box as boxmod
-    from lab.engine import clusters
+    from lab.control import clusters
     from lab.host import kvm
     from lab.providers import templates
     from lab.providers.warm import box_supports

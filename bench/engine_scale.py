@@ -39,7 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from lab.configure.sim import SimConfigurer  # noqa: E402
-from lab.engine import clusters  # noqa: E402
+from lab.control import clusters  # noqa: E402
 from lab.engine.engine import Engine  # noqa: E402
 from lab.providers.sim import SimProvider, VirtualClock  # noqa: E402
 from lab.spec import spec_from_request  # noqa: E402

@@ -118,7 +118,7 @@ def memory_warning(vm_mib: list[int], free_mib: int) -> str | None:
 
 def _records(spec, prov, t0: float):
     """The cluster, its groups and its nodes as the engine would record them (in memory only)."""
-    from lab.engine import clusters
+    from lab.control import clusters
     from lab.engine.bookkeeping import instance_id
     from lab.store.db import ClusterRow, NodeRow
 

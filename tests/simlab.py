@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 
 from lab.configure.sim import SimConfigurer
-from lab.engine import clusters
+from lab.control import clusters
 from lab.engine.engine import Engine
 from lab.providers.sim import SimProvider, VirtualClock
 from lab.spec import loads_spec

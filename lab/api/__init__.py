@@ -12,7 +12,6 @@ import re
 import signal
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from lab.api.model import OPERATIONS, ApiError
 from lab.api.operations import Lab
@@ -20,12 +19,11 @@ from lab.api.server import ApiServer, EngineWatch, ServeLock, make_server
 
 log = logging.getLogger("lab.api")
 
-PROVIDERS = ("vagrant", "sim")
 DEFAULT_PORT = 8008
 
 
 def run(host: str = "127.0.0.1", port: int = DEFAULT_PORT, provider: str = "vagrant", capacity_file: str | None = None,
-        before_create: Callable[[Any], None] | None = None, on_ready: Callable[[ApiServer], None] | None = None,
+        on_ready: Callable[[ApiServer], None] | None = None,
         region: str | None = None, account: str | None = None, auth: bool = False) -> None:
     """Serve until Ctrl-C or SIGTERM. The state directory is $SLURMLAB_HOME (lab.paths.home()). `region`
     and `account` make the ARNs of clusters created by requests that name no region (unsigned ones).
@@ -37,9 +35,10 @@ def run(host: str = "127.0.0.1", port: int = DEFAULT_PORT, provider: str = "vagr
     from lab.errors import UsageError
     from lab.students import Registry
 
-    if provider not in PROVIDERS:
-        raise UsageError(f"--provider {provider}: unknown", f"use one of: {', '.join(PROVIDERS)}")
-    from lab.engine import views
+    from lab.providers import registry
+
+    registry.check(provider)
+    from lab.control import views
 
     region, account = region or views.default_region(), account or views.default_account()
     if not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d{1,2}", region):
@@ -62,7 +61,7 @@ def run(host: str = "127.0.0.1", port: int = DEFAULT_PORT, provider: str = "vagr
         st = daemon.store()
         if cap is not None:
             apply_capacity(st, cap)
-        lab = Lab(store=st, provider=provider, base_dir=Path.cwd(), before_create=before_create,
+        lab = Lab(store=st, provider=provider, base_dir=Path.cwd(),
                   ensure_engine=daemon.ensure_running, region=region, account=account,
                   students=Registry(paths.home()) if auth else None)
         try:
@@ -106,5 +105,5 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-__all__ = ["DEFAULT_PORT", "OPERATIONS", "PROVIDERS", "ApiError", "ApiServer", "EngineWatch", "Lab", "ServeLock", "is_loopback",
+__all__ = ["DEFAULT_PORT", "OPERATIONS", "ApiError", "ApiServer", "EngineWatch", "Lab", "ServeLock", "is_loopback",
            "make_server", "run"]

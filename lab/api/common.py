@@ -12,7 +12,7 @@ from typing import Any
 
 from lab.api import model
 from lab.api.model import ApiError
-from lab.engine import views
+from lab.control import views
 from lab.errors import Conflict, LabError, NotFound, UsageError
 from lab.spec.problems import SpecInvalid
 from lab.store.db import Store
@@ -27,11 +27,9 @@ class Lab:
     store: Store
     provider: str = "sim"
     base_dir: Path | None = None  # relative LifeCycleConfig.SourceS3Uri resolve against it
-    before_create: Callable[[Any], None] | None = None  # e.g. the vagrant provider's host set-up
     ensure_engine: Callable[[], Any] | None = None
     region: str = field(default_factory=views.default_region)  # ARNs of requests that name no region
     account: str = field(default_factory=views.default_account)
-    create_lock: threading.Lock = field(default_factory=threading.Lock)
     tokens: dict[str, tuple[float, str, dict]] = field(default_factory=dict)
     tokens_lock: threading.Lock = field(default_factory=threading.Lock)
     resolve_image: Callable[[str | None], str] | None = None  # ImageId -> box (None: lab.box.images.resolve)

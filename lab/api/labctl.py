@@ -92,7 +92,7 @@ def set_capacity(st, raw: bytes, content_type: str = "") -> dict:
 
 def state(lab: operations.Lab) -> dict:
     """Everything the console shows, in one answer."""
-    from lab.engine import clusters
+    from lab.control import clusters
 
     out = []
     for c in lab.store.clusters():
@@ -126,7 +126,7 @@ def state(lab: operations.Lab) -> dict:
 
 
 def checkpoints_of(lab: operations.Lab, name: str) -> list[dict]:
-    from lab.engine import checkpoints
+    from lab.control import checkpoints
     from lab.errors import LabError
     from lab.osutil import iso
 
@@ -151,7 +151,7 @@ def _json_object(raw: bytes) -> dict:
 
 def checkpoint_action(lab: operations.Lab, raw: bytes) -> dict:
     """POST /_lab/checkpoints: Create, Restore or Delete one checkpoint of a cluster."""
-    from lab.engine import checkpoints
+    from lab.control import checkpoints
     from lab.errors import LabError
 
     body = _json_object(raw)
@@ -184,7 +184,7 @@ def checkpoint_action(lab: operations.Lab, raw: bytes) -> dict:
 def group_action(lab: operations.Lab, raw: bytes) -> dict:
     """POST /_lab/groups {"ClusterName", "InstanceGroupName", "Action": "Resume"}: a protected group
     (lab/engine/watching.py) tries again."""
-    from lab.engine.watching import resume_group
+    from lab.control.commands import resume_group
     from lab.errors import LabError
 
     body = _json_object(raw)

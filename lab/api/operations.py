@@ -1,7 +1,7 @@
 """The SageMaker operations of a HyperPod Slurm cluster (lab.spec.servicemodel.OPERATIONS), on the lab's engine.
 
 Each handler takes the checked request body and returns a dict that `model.shape_output` cuts to
-the operation's output shape. The work is the engine's (`lab.engine.clusters`); this module maps
+the operation's output shape. The work is the engine's (`lab.control.clusters`); this module maps
 names (ARNs, node ids), filters, sorts and pages, and turns the lab's errors into SageMaker's.
 """
 
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
 import time
 from collections.abc import Callable
 from typing import Any
@@ -18,8 +17,8 @@ from lab.api import model, tenancy
 from lab.api.common import CALLER, REGION, Lab, cluster_name, lab_error, not_found, spec_error, visible
 from lab.api.model import ApiError
 from lab.api.paging import between, paged
-from lab.engine import clusters, health, moves, software
-from lab.engine.operations import describe_operation, list_operations
+from lab.control import clusters, health, moves, software
+from lab.control.operations import describe_operation, list_operations
 from lab.errors import LabError, NotFound
 from lab.spec.problems import Problem, SpecInvalid
 from lab.students import Student
@@ -36,24 +35,17 @@ def create_cluster(lab: Lab, body: dict) -> dict:
         spec = spec_from_request(body, base_dir=lab.base_dir)
     except SpecInvalid as e:
         raise spec_error(e) from None
-    with lab.create_lock:  # one at a time: the name check and the network index must not race
-        try:
-            clusters.check_new(lab.store, spec.name)  # the engine's checks, before the host set-up
-        except clusters.NameTaken:
-            raise ApiError("ResourceInUse", f"ClusterName: a cluster named '{spec.name}' already exists "
-                           "(pick another name, or DeleteCluster it first)") from None
-        except clusters.ClusterLimit:
-            raise ApiError("ResourceLimitExceeded", f"ClusterName: the lab holds at most {MAX_CLUSTERS} clusters; "
-                           "delete one first") from None
-        tenancy.check_create(lab, spec)  # the caller's quota, before anything is made
-        if lab.before_create:
-            lab.before_create(spec)
-        try:
-            row = clusters.create(lab.store, spec, provider=lab.provider, start_engine=False,
-                                  cluster_arn=clusters.arn(spec.name, REGION.get() or lab.region, lab.account))
-        except (sqlite3.IntegrityError, clusters.NameTaken):
-            raise ApiError("ResourceInUse", f"ClusterName: a cluster named '{spec.name}' already exists") from None
-        tenancy.record_owner(lab, row)
+    try:  # the CLI's create too: the name, the caller's quota, the provider's host set-up, the records
+        row = clusters.create(lab.store, spec, provider=lab.provider, start_engine=False,
+                              cluster_arn=clusters.arn(spec.name, REGION.get() or lab.region, lab.account),
+                              admit=lambda s: tenancy.check_create(lab, s))
+    except clusters.NameTaken:
+        raise ApiError("ResourceInUse", f"ClusterName: a cluster named '{spec.name}' already exists "
+                       "(pick another name, or DeleteCluster it first)") from None
+    except clusters.ClusterLimit:
+        raise ApiError("ResourceLimitExceeded", f"ClusterName: the lab holds at most {MAX_CLUSTERS} clusters; "
+                       "delete one first") from None
+    tenancy.record_owner(lab, row)
     lab.engine()
     return {"ClusterArn": row.arn}
 
@@ -293,7 +285,7 @@ def list_cluster_operations(lab: Lab, body: dict) -> dict:
 
 
 def move_cluster_nodes(lab: Lab, body: dict) -> dict:
-    """Within one cluster (lab/engine/moves.py); the answer's lists follow how the nodes were named."""
+    """Within one cluster (lab/control/moves.py); the answer's lists follow how the nodes were named."""
     name = cluster_name(lab, body["SourceClusterArn"], "SourceClusterArn")
     target = cluster_name(lab, body["TargetClusterArn"], "TargetClusterArn")
     token, fingerprint = body.get("ClientToken"), _fingerprint({k: v for k, v in body.items() if k != "ClientToken"})
@@ -309,7 +301,7 @@ def move_cluster_nodes(lab: Lab, body: dict) -> dict:
 
 
 def update_cluster_software(lab: Lab, body: dict) -> dict:
-    """A rolling replacement with the box ImageId names (lab/engine/software.py, lab/engine/rolling.py)."""
+    """A rolling replacement with the box ImageId names (lab/control/software.py, lab/engine/rolling.py)."""
     name = cluster_name(lab, body["ClusterName"])
     groups = [g["InstanceGroupName"] for g in body.get("InstanceGroups") or []]
     software.update_software(lab.store, name, groups or None, body.get("DeploymentConfig"), body.get("ImageId"),
@@ -319,7 +311,7 @@ def update_cluster_software(lab: Lab, body: dict) -> dict:
 
 
 def start_cluster_health_check(lab: Lab, body: dict) -> dict:
-    """The engine checks the request whole (lab/engine/health.py) and changes nothing on a bad one."""
+    """The engine checks the request whole (lab/control/health.py) and changes nothing on a bad one."""
     name = cluster_name(lab, body["ClusterName"])
     health.start(lab.store, name, body["DeepHealthCheckConfigurations"])
     lab.engine()

@@ -1,5 +1,5 @@
 """The checkpoint group: save a whole running cluster at one moment and put it back (issue 14;
-lab/engine/checkpoints.py). create and restore wait for the engine to finish, with progress on stderr."""
+lab/control/checkpoints.py). create and restore wait for the engine to finish, with progress on stderr."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def _wait(name: str, op_id: str, verb: str, output: Output, timeout: float = 180
 
 
 def _run(name: str, tag: str, kind: str, verb: str, output: Output) -> None:
-    from lab.engine import checkpoints
+    from lab.control import checkpoints
 
     op = checkpoints.request(store(), name, tag, kind, start_engine=True)
     res = _wait(name, op, verb, output)
@@ -73,7 +73,7 @@ def restore(name: str, tag: str, output: Output = OutputOpt) -> None:
 @checkpoint_app.command("list")
 def listing(name: str, output: Output = OutputOpt) -> None:
     """The cluster's checkpoints, oldest first, with their size on disk."""
-    from lab.engine import checkpoints
+    from lab.control import checkpoints
     from lab.osutil import iso
 
     rows = checkpoints.listing(store(), name)
@@ -92,7 +92,7 @@ def listing(name: str, output: Output = OutputOpt) -> None:
 @checkpoint_app.command("delete")
 def delete(name: str, tag: str, output: Output = OutputOpt) -> None:
     """Remove one checkpoint and its files."""
-    from lab.engine import checkpoints
+    from lab.control import checkpoints
 
     checkpoints.delete(store(), name, tag)
     if output == Output.json:

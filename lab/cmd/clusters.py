@@ -27,10 +27,9 @@ def create_cluster(
     output: Output = OutputOpt,
 ) -> None:
     """Create a cluster from a spec: controller first, then login and compute nodes in parallel."""
-    from lab.engine import clusters
+    from lab.control import clusters
     from lab.workflows import create
 
-    create.check_provider(provider)
     sp = create.load(spec, users)
     st, row = create.create(sp, provider=provider, capacity_file=capacity_file)
     d = clusters.describe(st, row.name)
@@ -55,7 +54,7 @@ def describe_cluster(
     output: Output = OutputOpt,
 ) -> None:
     """Cluster status, and per instance group CurrentCount, TargetCount, Status."""
-    from lab.engine import clusters
+    from lab.control import clusters
 
     st = store()
     if wait_for:
@@ -87,7 +86,7 @@ def list_clusters(output: Output = OutputOpt) -> None:
 @app.command("list-cluster-nodes")
 def list_cluster_nodes(name: str, output: Output = OutputOpt) -> None:
     """Nodes with group, status (and why), address."""
-    from lab.engine import clusters
+    from lab.control import clusters
 
     st = store()
     nodes = clusters.list_nodes(st, name)
@@ -111,7 +110,7 @@ def list_cluster_nodes(name: str, output: Output = OutputOpt) -> None:
 def describe_cluster_node(name: str, node: str = typer.Argument(..., help="node name or instance id"),
                           output: Output = OutputOpt) -> None:
     """One node (HyperPod's DescribeClusterNode) with the lab's view: phase, pending work, its box."""
-    from lab.engine import clusters
+    from lab.control import clusters
 
     d = clusters.describe_node(store(), name, node)
     if output == Output.json:
@@ -131,7 +130,7 @@ def list_cluster_events(
     output: Output = OutputOpt,
 ) -> None:
     """The cluster's events (HyperPod's ListClusterEvents), oldest first."""
-    from lab.engine import clusters
+    from lab.control import clusters
 
     events = clusters.list_events(store(), name)
     if last:
@@ -150,7 +149,7 @@ def list_cluster_operations(
     output: Output = OutputOpt,
 ) -> None:
     """The cluster's scaling operations and deep health checks (HyperPod's ListClusterOperations), newest first."""
-    from lab.engine.operations import list_operations
+    from lab.control.operations import list_operations
 
     ops = list_operations(store(), name, Status=status)
     if output == Output.json:
@@ -164,7 +163,7 @@ def list_cluster_operations(
 @app.command("describe-cluster-operation")
 def describe_cluster_operation(name: str, operation_id: str, output: Output = OutputOpt) -> None:
     """One operation with its groups before and after, or its health checks (HyperPod's DescribeClusterOperation)."""
-    from lab.engine.operations import describe_operation
+    from lab.control.operations import describe_operation
 
     op = describe_operation(store(), name, operation_id)
     if output == Output.json:
@@ -192,7 +191,7 @@ def start_cluster_health_check(
 ) -> None:
     """Deep health checks (HyperPod's StartClusterHealthCheck): the nodes go into a Slurm maintenance
     reservation, are checked inside, and a node that fails is rebooted or replaced (NodeRecovery)."""
-    from lab.engine import health
+    from lab.control import health
 
     cfg = {"InstanceGroupName": group, "DeepHealthChecks": checks, **({"InstanceIds": instance_ids} if instance_ids else {})}
     op = health.start(store(), name, [cfg], start_engine=True)
@@ -210,7 +209,7 @@ def delete_cluster(
     output: Output = OutputOpt,
 ) -> None:
     """Delete a cluster: every domain, volume, network and key of it."""
-    from lab.engine import clusters
+    from lab.control import clusters
 
     st = store()
     clusters.delete(st, name)
@@ -253,7 +252,7 @@ def batch_add_cluster_nodes(
     output: Output = OutputOpt,
 ) -> None:
     """Scale out: add nodes to an instance group; they launch, configure and join Slurm in the background."""
-    from lab.engine import clusters
+    from lab.control import clusters
 
     r = clusters.add_nodes(store(), name, [{"InstanceGroupName": group, "IncrementTargetCountBy": count}], start_engine=True)
     _batch_result("adding", r, output)
@@ -265,7 +264,7 @@ def _node_op(verb: str, fn_name: str):
         nodes: list[str] = typer.Argument(..., help="node names (NodeLogicalId) or instance ids"),
         output: Output = OutputOpt,
     ) -> None:
-        from lab.engine import clusters
+        from lab.control import clusters
 
         _batch_result(verb, getattr(clusters, fn_name)(store(), name, nodes, start_engine=True), output)
     return command
@@ -288,7 +287,7 @@ def resume_group(
     """A protected group (its nodes failed 5 times in a row: describe-cluster's Lab.ProtectedGroups)
     tries again: its failed nodes retry now, recovery resumes."""
     from lab.engine import daemon
-    from lab.engine.watching import resume_group as resume
+    from lab.control.commands import resume_group as resume
 
     r = resume(store(), name, group)
     daemon.ensure_running()
@@ -310,7 +309,7 @@ def move_cluster_nodes(
 ) -> None:
     """Move Running nodes to another instance group (HyperPod's MoveClusterNodes): each keeps its VM,
     leaves Slurm, and joins again with the new group's partitions and lifecycle script."""
-    from lab.engine import moves
+    from lab.control import moves
 
     ids = [x for x in nodes or [] if x.startswith("i-")]
     r = moves.move_nodes(store(), name, source, target, node_ids=ids, logical_ids=[x for x in nodes or [] if x not in ids],
@@ -330,7 +329,7 @@ def update_cluster_software(
     """Rolling software update (HyperPod's UpdateClusterSoftware): batch by batch, nodes are drained out of
     Slurm (running jobs end first), replaced with the box, joined and health-checked; a failed check
     rolls the batch back and stops."""
-    from lab.engine import software
+    from lab.control import software
 
     deployment = {"RollingUpdatePolicy": {"MaximumBatchSize": {"Type": "INSTANCE_COUNT", "Value": batch}},
                   "WaitIntervalInSeconds": wait}
@@ -345,7 +344,7 @@ def update_cluster_software(
 @app.command("ssh", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def ssh(ctx: typer.Context, name: str, node: str = typer.Argument(..., help="node name, or a group name for its first node")) -> None:
     """Open a shell on a node (or run the command given after --), with the cluster's own key."""
-    from lab.engine import clusters
+    from lab.control import clusters
     from lab.providers.reach import cluster_ssh_exe
     from lab.workspace import ClusterDir
 
@@ -368,7 +367,7 @@ def up(
     output: Output = OutputOpt,
 ) -> None:
     """The whole path: host set-up, the box if missing, the cluster, a job on it, how to get in."""
-    from lab.engine import clusters
+    from lab.control import clusters
     from lab.workflows import create
     from lab.workflows.up import up as bring_up
 

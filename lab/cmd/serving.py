@@ -79,15 +79,6 @@ def serve(
     if log_requests:
         logging.getLogger("lab.api").setLevel(logging.INFO)
 
-    before_create = None
-    if provider == "vagrant":
-        def before_create(spec) -> None:  # the host and the box, as create-cluster checks them
-            from lab import box
-            from lab.host import libvirtd
-
-            box.require(spec.box)
-            libvirtd.up()
-
     def ready(server) -> None:
         url = server.url
         err.print(f"slurmlab serve: SageMaker API on {url}  (provider {provider}, state {paths.home()})", markup=False, highlight=False)
@@ -100,7 +91,7 @@ def serve(
         err.print(f"  AWS CLI:  aws sagemaker list-clusters --endpoint-url {url} --region us-east-1", markup=False, highlight=False)
         err.print("  Ctrl-C stops the server (the engine keeps building; it stops by itself when idle)", markup=False, highlight=False)
 
-    api.run(host=host, port=port, provider=provider, capacity_file=capacity_file, before_create=before_create,
+    api.run(host=host, port=port, provider=provider, capacity_file=capacity_file,
             on_ready=ready, region=region, account=account_id, auth=auth)
     err.print("slurmlab serve: stopped", markup=False, highlight=False)
 

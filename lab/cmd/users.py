@@ -21,7 +21,7 @@ def _accounts_data(name: str, acc) -> dict:
 def users_show(name: str, output: Output = OutputOpt) -> None:
     """The cluster's student accounts, their shared password and Slurm account."""
     from lab import users
-    from lab.engine import clusters
+    from lab.control import clusters
     from lab.errors import NotFound
 
     clusters.get(store(), name)
@@ -45,6 +45,7 @@ def users_show(name: str, output: Output = OutputOpt) -> None:
 
 
 def _users_change(verb: str, name: str, names: list[str], output: Output) -> None:
+    from lab.providers import registry
     from lab.workflows import accounts
 
     r = accounts.change(store(), name, verb, names)
@@ -52,7 +53,7 @@ def _users_change(verb: str, name: str, names: list[str], output: Output) -> Non
     acc = change.accounts
     if output == Output.json:
         data = {**_accounts_data(name, acc), "Changed": change.changed, "Unchanged": change.unchanged,
-                "Nodes": nodes, "Simulated": c.provider == "sim"}
+                "Nodes": nodes, "Simulated": registry.info(c.provider).simulated}
         if not change.created:  # the password only where it is new (else: slurmlab users show)
             data.pop("Password")
         print_json(data)
@@ -64,8 +65,8 @@ def _users_change(verb: str, name: str, names: list[str], output: Output) -> Non
         out.print(f"already {done}: {', '.join(change.unchanged)}", markup=False)
     if change.created:
         out.print(f"password: {acc.password}  (the same for every student: slurmlab users show {name})", markup=False)
-    if c.provider == "sim":
-        out.print(f"cluster {name} is simulated (provider sim): users.json updated, no nodes to change", markup=False)
+    if registry.info(c.provider).simulated:
+        out.print(f"cluster {name} is simulated (provider {c.provider}): users.json updated, no nodes to change", markup=False)
     elif nodes:
         out.print(f"nodes updated: {len(nodes)} ({', '.join(nodes)})", markup=False)
     else:

@@ -19,7 +19,7 @@ from lab.store.db import ClusterRow, GroupRow, NodeRow, Store
 BACKOFF_BASE = 10.0
 BACKOFF_MAX = 300.0
 SCALING = {"CreateCluster", "UpdateCluster", "BatchAddClusterNodes", "BatchDeleteClusterNodes"}
-HEALTH_CHECK = "DeepHealthCheck"  # StartClusterHealthCheck (lab/engine/health.py)
+HEALTH_CHECK = "DeepHealthCheck"  # StartClusterHealthCheck (lab/control/health.py)
 DISK_PAUSED = "paused (disk full):"
 # A VM that runs but does not answer SSH (Ansible: unreachable) this many configure attempts in a row is
 # rebooted: found by CI, a guest whose network died right after its first SSH answer, retried for ever.

@@ -1,5 +1,5 @@
 """Checkpoints and restores on the engine (`CheckpointRunner`, a part of lab.engine.engine.Engine; the requests:
-lab/engine/checkpoints.py). A checkpoint or restore asked for has the cluster: the engine plans nothing
+lab/control/checkpoints.py). A checkpoint or restore asked for has the cluster: the engine plans nothing
 else for it (the VMs vanish for seconds while libvirt saves them, which the planner would take for
 lost VMs) and starts it once no other task of the cluster is in flight.
 

@@ -117,14 +117,17 @@ def boot_slots() -> dict[str, int]:
     (docs/adr/0002-provisioning-pipeline.md): with 2 slots InService came at 158 s and the first job
     at 277.5 s, with every VM booting at once at 258 s and 291.2 s; full size 287.5 s either way.
     $SLURMLAB_BOOT_SLOTS overrides it (0: no limit)."""
+    from lab.providers import registry
+
+    real = [n for n in registry.names() if not registry.info(n).simulated]  # a simulated boot costs no CPU
     env = os.environ.get("SLURMLAB_BOOT_SLOTS", "").strip()
     if env.isdigit():
-        return {"vagrant": int(env)} if int(env) > 0 else {}
+        return {n: int(env) for n in real} if int(env) > 0 else {}
     from lab.host import kvm
 
     if kvm.detect().usable:
         return {}
-    return {"vagrant": max(1, os.cpu_count() or 1)}
+    return {n: max(1, os.cpu_count() or 1) for n in real}
 
 
 def _home_of(path) -> tuple[int, int] | None:

@@ -33,7 +33,7 @@ from lab.store.db import ClusterRow, GroupRow, NodeRow
 # InstanceStatus DeepHealthCheckInProgress; the node stays `running` (a member of its group).
 HEALTH_ASKED, HEALTH_CHECKING = "healthcheck", "checking"
 HEALTH_MARKS = frozenset({HEALTH_ASKED, HEALTH_CHECKING})
-# MoveClusterNodes (lab/engine/moves.py): the node, already in its new group, leaves Slurm (detach), then
+# MoveClusterNodes (lab/control/moves.py): the node, already in its new group, leaves Slurm (detach), then
 # is configured and joins again as a member of that group (attach).
 MOVE_DETACH, MOVE_ATTACH = "detach", "attach"
 # UpdateClusterSoftware (lab/engine/rolling.py): the node leaves Slurm like a moving node, then its VM is

@@ -1,7 +1,7 @@
 """UpdateClusterSoftware on the engine: a rolling replacement of nodes with another box, batch by batch.
 `Rollout`, a part of lab.engine.engine.Engine; quick store writes on the engine's loop, once a pass.
 
-The operation's details (written by lab/engine/software.py, then here) carry the plan: `Image` (the
+The operation's details (written by lab/control/software.py, then here) carry the plan: `Image` (the
 box), `BatchSize`, `Wait` (s between batches), `Groups`, and the run's state: `Batch` (the nodes of
 the batch in flight), `Targets` (node -> the box it goes to in this batch), `Previous` (node -> the
 box it had), `Checks` / `Checked` (the health check of a replaced batch), `Failed`, `RollingBack`,

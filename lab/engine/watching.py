@@ -8,7 +8,7 @@ BatchRebootClusterNodes / BatchReplaceClusterNodes). A controller whose slurmctl
 is marked on the cluster (`slurm_problem`: DescribeCluster's Lab.SlurmProblem) with one event.
 
 A group's failures in a row are counted by lab/engine/bookkeeping.py (`group_failed`); a group that
-reaches recovery.PROTECT_AFTER is protected: nothing of it is retried until `resume_group` (here).
+reaches recovery.PROTECT_AFTER is protected: nothing of it is retried until `resume_group` (lab/control/commands.py).
 
 The engine's own liveness: each pass writes a heartbeat (`engine_seen_at` in the store's meta,
 at most every HEARTBEAT_S), which DescribeCluster and the console show.
@@ -23,10 +23,9 @@ from lab.engine import recovery
 from lab.engine.actions import Steps
 from lab.engine.backends import Backends
 from lab.engine.bookkeeping import Records
-from lab.engine.plan import NO_RETRY, Action, node_recovery
-from lab.errors import UsageError
+from lab.engine.plan import Action, node_recovery
 from lab.engine.tasks import Tasks
-from lab.store.db import ClusterRow, Store
+from lab.store.db import ClusterRow
 
 log = logging.getLogger(__name__)
 
@@ -139,27 +138,3 @@ class SlurmWatch:
                                  node=d.node)
             if not d.by_user:
                 self.rec.group_failed(name, d.group, f"{d.node}: {d.text}")
-
-
-def resume_group(st: Store, cluster: str, group: str) -> dict:
-    """A protected group tries again: its count starts over and its failed nodes retry now."""
-    c = st.cluster(cluster)
-    if c is None:
-        raise UsageError(f"no cluster named '{cluster}'", "slurmlab list-clusters shows the clusters")
-    groups = {g.name: g for g in st.groups(cluster)}
-    g = groups.get(group)
-    if g is None:
-        raise UsageError(f"cluster '{cluster}' has no instance group '{group}'",
-                         f"its groups: {', '.join(groups) or 'none'}")
-    with st.tx():
-        st.update_group(cluster, group, failures=0, failed_at=None, protected=None)
-        retried = 0
-        for n in st.nodes(cluster):
-            if n.grp == group and n.phase in ("failed", "lost") and n.retry_at != NO_RETRY:
-                st.update_node(cluster, n.name, retry_at=0, **({"phase": "failed"} if n.phase == "lost" else {}))
-                retried += 1
-        st.add_event(cluster, "InstanceGroup", "Info", f"instance group {group} resumed"
-                     + (f" (it was protected: {g.protected})" if g.protected else " (it was not protected)")
-                     + (f"; {retried} failed node(s) retry now" if retried else ""), grp=group)
-    return {"ClusterName": cluster, "InstanceGroupName": group, "WasProtected": g.protected is not None,
-            "Retried": retried}

@@ -16,13 +16,14 @@ def write(st: Store, name: str) -> tuple[Path, list[str]]:
     import yaml
 
     from lab.configure import inventory as inv_mod
-    from lab.engine import clusters
+    from lab.control import clusters
     from lab.osutil import atomic_write
+    from lab.providers import registry
     from lab.workspace import ClusterDir
 
     c = clusters.get(st, name)
-    if c.provider == "sim":
-        raise LabError(f"cluster '{name}' is simulated (provider sim): it has no VMs and no Slurm to verify",
+    if registry.info(c.provider).simulated:
+        raise LabError(f"cluster '{name}' is simulated (provider {c.provider}): it has no VMs and no Slurm to verify",
                        "verify a cluster of real VMs (create-cluster without --provider sim)")
     r = running(st, c)
     ctx = r.context()

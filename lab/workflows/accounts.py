@@ -40,12 +40,13 @@ def change(st: Store, name: str, verb: str, names: list[str]) -> Pushed:
     """Add (verb "add") or remove ("remove") student accounts of cluster `name`, on its running nodes
     too (a simulated cluster has none)."""
     from lab import users
-    from lab.engine import clusters
+    from lab.control import clusters
+    from lab.providers import registry
 
     c = clusters.get(st, name)
     if c.status in ("Deleting", "Failed", "RollingBack"):
         raise Conflict(f"users {verb}: cluster '{name}' is {c.status}", "change the accounts of a cluster that is "
                        "Creating, InService or Updating")
     done = users.add(name, names) if verb == "add" else users.remove(name, names)
-    nodes = [] if c.provider == "sim" else push(st, c, verb, names)
+    nodes = [] if registry.info(c.provider).simulated else push(st, c, verb, names)
     return Pushed(cluster=c, change=done, nodes=nodes)

@@ -3,8 +3,8 @@ file, then the cluster's record (the engine builds it)."""
 
 from __future__ import annotations
 
-from lab.engine.commands import PROVIDERS
 from lab.errors import UsageError
+from lab.providers import registry
 from lab.store.db import ClusterRow, Store
 
 
@@ -22,27 +22,15 @@ def load(spec_path: str, users: int | None = None):
     return with_users(sp, users)
 
 
-def check_provider(provider: str) -> None:
-    if provider not in PROVIDERS:
-        raise UsageError(f"--provider: unknown provider '{provider}'", "use vagrant (real VMs) or sim (simulated VMs)")
+def create(sp, provider: str = registry.DEFAULT, capacity_file: str | None = None) -> tuple[Store, ClusterRow]:
+    """create-cluster: the capacity file checked before anything changes, then the one create
+    (lab/control/commands.py: the name, the provider's host set-up, the record, and the capacity file
+    applied in the same transaction), then the engine. Returns the store and the cluster's row."""
+    from lab import capacity
+    from lab.control import clusters
+    from lab.engine import daemon
 
-
-def create(sp, provider: str = "vagrant", capacity_file: str | None = None) -> tuple[Store, ClusterRow]:
-    """Check everything that can be checked before the host changes (box, capacity file, name),
-    then set the host up (real VMs), apply the capacity file, record the cluster, start the engine.
-    Returns the store and the cluster's row."""
-    from lab import box, capacity
-    from lab.engine import clusters, daemon
-    from lab.host import libvirtd
-
-    check_provider(provider)
-    if provider == "vagrant":
-        box.require(sp.box)
     cap = capacity.load(capacity_file) if capacity_file else None  # validate before anything changes
     st = daemon.store()
-    clusters.check_new(st, sp.name)  # the name clash (or the lab's limit) before touching the host
-    if provider == "vagrant":
-        libvirtd.up()
-    if cap is not None:
-        capacity.apply(st, cap)
-    return st, clusters.create(st, sp, provider=provider)
+    row = clusters.create(st, sp, provider=provider, admit=(lambda _: capacity.apply(st, cap)) if cap else None)
+    return st, row

@@ -25,7 +25,8 @@ def up(sp, *, users_given: bool, timeout: float, progress: Progress, box_progres
     """Bring the cluster of spec `sp` up and run a first job; raises LabError when it fails.
     `watcher()` makes the on_change callback of the wait (made when the wait starts: its clock)."""
     from lab import box
-    from lab.engine import clusters, daemon
+    from lab.control import clusters
+    from lab.engine import daemon
     from lab.host import libvirtd
 
     progress("host: namespace, libvirtd, storage pool")
@@ -36,7 +37,7 @@ def up(sp, *, users_given: bool, timeout: float, progress: Progress, box_progres
         box.build(progress=box_progress)
     st = daemon.store()
     if st.cluster(sp.name) is None:
-        clusters.create(st, sp)
+        clusters.create(st, sp, prepare_host=False)  # the host and the box: done above, with progress
     else:
         progress(f"cluster {sp.name} exists: resuming")
         if users_given:

@@ -30,13 +30,13 @@ def sim_available() -> str | None:
     """None when the sim provider and the engine functions the lifecycle needs exist, else why not."""
     import importlib.util
 
-    from lab.engine import clusters
+    from lab.control import clusters
 
     if importlib.util.find_spec("lab.providers.sim") is None:
         return "the engine has no sim provider yet (lab/providers/sim.py)"
     missing = [f for f in ("update", "add_nodes", "delete_nodes") if not hasattr(clusters, f)]
     if missing:
-        return "lab.engine.clusters lacks " + ", ".join(missing)
+        return "lab.control.clusters lacks " + ", ".join(missing)
     return None
 
 

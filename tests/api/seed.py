@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from lab.engine import clusters
+from lab.control import clusters
 from lab.engine.bookkeeping import instance_id
 from lab.spec import spec_from_request
 from lab.store.db import NodeRow, Store

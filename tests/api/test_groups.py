@@ -12,7 +12,7 @@ from tests.api.seed import seed_cluster
 def test_a_protected_group_is_resumed_through_the_lab_api(api):
     seed_cluster(api.store, "demo", computes=1)
     api.store.update_group("demo", "compute", failures=5, failed_at=1.0, protected="5 failures in a row")
-    from lab.engine import views
+    from lab.control import views
 
     assert views.describe(api.store, "demo")["Lab"]["ProtectedGroups"] == {"compute": "5 failures in a row"}
     status, answer = api.post("/_lab/groups", {"ClusterName": "demo", "InstanceGroupName": "compute", "Action": "Resume"})

@@ -584,7 +584,8 @@ def _move_to_a_new_group(node: str) -> None:
     """Issue 12, MoveClusterNodes: a group `spare` (ml.c5.large, partition spare, no node) is added by
     UpdateCluster; `node` moves there: same VM (InstanceId, address, boot), out of partition dev and
     into spare, and no other node reboots."""
-    from lab.engine import clusters, daemon
+    from lab.control import clusters
+    from lab.engine import daemon
 
     st = daemon.store()
     compute = next(g for g in st.cluster(NAME).spec["InstanceGroups"] if g["InstanceGroupName"] == "compute")

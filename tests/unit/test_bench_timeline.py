@@ -259,7 +259,7 @@ def _sim_run(tmp_path, monkeypatch, start, add=0):
         before = {n.name for n in lab.st.nodes("ci")}
         t0 = lab.clock()
         if add:
-            from lab.engine import clusters
+            from lab.control import clusters
 
             clusters.add_nodes(lab.st, "ci", [{"InstanceGroupName": "compute", "IncrementTargetCountBy": add}])
             await lab.run_until(lambda: lab.full("ci"))

@@ -9,8 +9,8 @@ import asyncio
 import pytest
 
 from lab import capacity
-from lab.engine import commands
-from lab.engine.checkpoints import RESTORE, request
+from lab.control import commands
+from lab.control.checkpoints import RESTORE, request
 from lab.errors import Conflict, UsageError
 from tests.simlab import SimLab, spec_text
 

@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from lab.engine import clusters
+from lab.control import clusters
 from tests.simlab import SETTLE, SimLab, spec_text
 
 

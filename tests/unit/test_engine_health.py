@@ -10,9 +10,9 @@ import asyncio
 import pytest
 
 from lab import capacity
-from lab.engine import clusters, health
+from lab.control import clusters, health
 from lab.engine.bookkeeping import health_outcome
-from lab.engine.operations import describe_operation, list_operations
+from lab.control.operations import describe_operation, list_operations
 from lab.errors import UsageError
 from tests.simlab import SimLab, spec_text
 

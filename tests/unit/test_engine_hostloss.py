@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from lab.engine import clusters
+from lab.control import clusters
 from lab.providers.base import Placement, ProviderUnreachable
 from lab.providers.sim import SimProvider
 from tests.simlab import SimLab, spec_text

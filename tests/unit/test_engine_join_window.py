@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from lab.configure.sim import SimConfigurer
-from lab.engine import clusters
+from lab.control import clusters
 from lab.engine.plan import JOIN_QUIET_S
 from tests.simlab import SimLab, spec_text
 

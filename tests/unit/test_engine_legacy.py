@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from lab import capacity
-from lab.engine import clusters
+from lab.control import clusters
 from lab.providers.base import LaunchError
 from lab.providers.sim import SimProvider
 from tests.simlab import SimLab, spec_text

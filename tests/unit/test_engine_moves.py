@@ -9,8 +9,8 @@ import asyncio
 
 import pytest
 
-from lab.engine import clusters
-from lab.engine.moves import move_nodes
+from lab.control import clusters
+from lab.control.moves import move_nodes
 from lab.errors import UsageError
 from tests.simlab import SimLab, spec_text
 

@@ -1,5 +1,5 @@
 """UpdateCluster, BatchAdd/Delete/Reboot/ReplaceClusterNodes, ActiveOperations, events, node
-recovery: the functions of lab.engine.clusters the API calls, driven by the engine on the sim
+recovery: the functions of lab.control.clusters the API calls, driven by the engine on the sim
 provider."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from lab.engine import clusters
+from lab.control import clusters
 from lab.errors import Conflict, NotFound, SpecError
 from tests.simlab import SimLab, spec_text
 

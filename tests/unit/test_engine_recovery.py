@@ -11,9 +11,10 @@ import time
 import pytest
 
 from lab import capacity
-from lab.engine import views
+from lab.control import views
 from lab.engine.recovery import PROTECT_AFTER, RECOVER_AFTER_S, SLURM_PERIOD_S
-from lab.engine.watching import ENGINE_STALE_S, resume_group
+from lab.control.commands import resume_group
+from lab.engine.watching import ENGINE_STALE_S
 from lab.errors import UsageError
 from tests.simlab import SimLab, spec_text
 
@@ -208,7 +209,7 @@ def test_an_engine_whose_state_folder_is_deleted_exits(tmp_path, monkeypatch):
     import shutil
 
     from lab.engine import daemon
-    from lab.engine import clusters as ops
+    from lab.control import clusters as ops
     from lab.spec import loads_spec
 
     home = tmp_path / "home"

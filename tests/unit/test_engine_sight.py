@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from lab.engine import clusters
+from lab.control import clusters
 from lab.providers.base import ProviderUnreachable
 from tests.simlab import SimLab, spec_text
 

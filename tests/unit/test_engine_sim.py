@@ -10,7 +10,8 @@ import pytest
 
 from lab import capacity
 from lab.configure.sim import SimConfigurer
-from lab.engine import clusters, daemon
+from lab.control import clusters
+from lab.engine import daemon
 from lab.engine.engine import Engine
 from lab.errors import UsageError
 from lab.providers.base import MachineSpec

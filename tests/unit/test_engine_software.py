@@ -10,8 +10,8 @@ import asyncio
 import pytest
 
 from lab import capacity
-from lab.engine import clusters
-from lab.engine.software import update_software
+from lab.control import clusters
+from lab.control.software import update_software
 from lab.errors import Conflict, UsageError
 from tests.simlab import SimLab, spec_text
 

@@ -9,6 +9,7 @@ file: regenerate it with `make golden` (tests/unit/golden.py) and review the dif
 
 import getpass
 import grp
+import json
 import os
 import shutil
 import subprocess
@@ -152,13 +153,46 @@ def test_role_variables_are_prefixed():
             assert name.startswith((role + "_", "slurmlab_")), f"roles/{role}: variable {name} lacks its prefix"
 
 
-def test_handlers_in_execution_order():
-    names = []
-    for role in ROLES:
-        handlers = yaml.safe_load((ROOT / "roles" / role / "handlers" / "main.yml").read_text()) or []
-        names += [h["name"] for h in handlers]
-    assert names == ["Restart munge", "Reconfigure slurmctld", "Restart slurmd",
-                     "Restart sackd"]
+# Each play's handlers as ansible-core loads them (roles: and import_role, in play order): Ansible
+# runs notified handlers in this order, whatever order the tasks notified them in.
+PLAY_HANDLERS = """
+import json, sys
+from ansible.inventory.manager import InventoryManager
+from ansible.parsing.dataloader import DataLoader
+from ansible.playbook import Playbook
+from ansible.plugins.loader import init_plugin_loader
+from ansible.vars.manager import VariableManager
+init_plugin_loader()
+loader = DataLoader()
+vm = VariableManager(loader=loader, inventory=InventoryManager(loader=loader, sources=[sys.argv[1]]))
+out = {}
+for path in sys.argv[2:]:
+    plays = Playbook.load(path, variable_manager=vm, loader=loader).get_plays()
+    out[path.rsplit("/", 1)[-1]] = {p.get_name(): [h.name for b in p.compile_roles_handlers() + p.handlers
+                                                   for h in b.block] for p in plays}
+print(json.dumps(out))
+"""
+
+EXECUTION_ORDER = ["Restart munge", "Reconfigure slurmctld", "Restart slurmd", "Restart sackd"]
+
+
+def test_handlers_in_execution_order(tmp_path):
+    """munge before the Slurm daemons, slurmctld's reconfigure before slurmd: in every play of every
+    playbook, as ansible-core loads it (a play that listed its roles in another order fails here)."""
+    cmd = [sys.executable, "-c", PLAY_HANDLERS, str(INVENTORY)] + [str(ROOT / "playbooks" / p) for p in PLAYBOOKS]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    loaded = json.loads(proc.stdout)
+    for playbook, plays in loaded.items():
+        for play, handlers in plays.items():
+            known = [h for h in handlers if h in EXECUTION_ORDER]
+            assert known == sorted(known, key=EXECUTION_ORDER.index), f"{playbook}, play {play!r}: {handlers}"
+    # the plays where the order matters hold the handlers (the check above is not vacuous)
+    assert loaded["controller.yml"]["Configure the Slurm controller"] == ["Restart munge", "Reconfigure slurmctld"]
+    assert loaded["nodes.yml"]["Configure login and compute nodes"] == ["Restart munge", "Restart slurmd",
+                                                                         "Restart sackd"]
+    assert loaded["join.yml"]["Add the new nodes to slurm.conf"] == ["Reconfigure slurmctld"]
+    assert "Restart slurmd" in loaded["join.yml"]["Start slurmd on the joining compute nodes"]
 
 
 def test_slurm_conf_matches_golden(rendered):

@@ -20,7 +20,7 @@ NAME = re.compile(r"SLURMLAB_[A-Z0-9_]+")
 NOT_YET_CONVERTED = {
     "lab/engine/daemon.py",  # SIM_BOOT_TIME, LEGACY_ATTEMPTS, BOOT_SLOTS
     "lab/engine/hostloss.py",  # HOST_LOST_S
-    "lab/engine/views.py",  # REGION, ACCOUNT_ID
+    "lab/control/views.py",  # REGION, ACCOUNT_ID
 }
 
 

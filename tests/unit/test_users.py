@@ -196,11 +196,13 @@ def test_inventory_carries_users_and_gpus(lab_home):
 
 def _real_cluster(tmp_path, extra: str = "", running=("demo-controller-1", "demo-compute-1", "demo-gpu-1")):
     """SPEC in the store (provider vagrant, no engine), its nodes as `running` says."""
-    from lab.engine import clusters, daemon
+    from lab.control import clusters
+    from lab.engine import daemon
     from lab.spec import load_spec
 
     st = daemon.store()
-    clusters.create(st, load_spec(spec_file(tmp_path, extra)), provider="vagrant", start_engine=False)
+    clusters.create(st, load_spec(spec_file(tmp_path, extra)), provider="vagrant", start_engine=False,
+                    prepare_host=False)
     for i, g in enumerate(("controller", "compute", "gpu")):
         name = f"demo-{g}-1"
         st.add_node(NodeRow("demo", name, g, 1, f"i-{i}", f"10.0.0.{i + 2}", "", "running" if name in running else "failed"))
@@ -355,7 +357,8 @@ def test_cli_failed_push_names_the_node_and_keeps_the_change(lab_home, tmp_path,
 
 
 def test_list_cluster_nodes_shows_gpus_in_the_cli_only(lab_home, tmp_path):
-    from lab.engine import clusters, daemon
+    from lab.control import clusters
+    from lab.engine import daemon
 
     _real_cluster(tmp_path, "Lab:\n  Gpus: {gpu: 2}\n")
     res = CliRunner().invoke(app, ["list-cluster-nodes", "demo", "-o", "json"])

@@ -46,12 +46,13 @@ def test_verify_of_an_unknown_cluster(lab_home):
 
 def _real_cluster(lab_home, running=()):
     """examples/cluster.yaml in the store (provider vagrant, no engine), `running` nodes joined."""
-    from lab.engine import clusters, daemon
+    from lab.control import clusters
+    from lab.engine import daemon
     from lab.spec import load_spec
 
     st = daemon.store()
     clusters.create(st, load_spec(Path(__file__).resolve().parents[2] / "examples" / "cluster.yaml"),
-                    provider="vagrant", start_engine=False)
+                    provider="vagrant", start_engine=False, prepare_host=False)
     from lab.store.db import NodeRow
 
     for i, (grp, ordinal) in enumerate([("controller", 1), ("login", 1), ("compute", 1), ("compute", 2)]):

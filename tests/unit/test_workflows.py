@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from lab.engine import clusters, daemon
+from lab.control import clusters
+from lab.engine import daemon
 from lab.errors import Conflict, LabError, NotFound
 from lab.spec import load_spec
 
@@ -52,7 +53,7 @@ def test_check_new_is_the_one_name_and_limit_check(faked):
 
 
 def test_cluster_limit_is_an_error_not_a_crash(faked, monkeypatch):
-    from lab.engine import commands
+    from lab.control import commands
 
     st = daemon.store()
     monkeypatch.setattr(commands, "MAX_CLUSTERS", 1)
@@ -70,7 +71,7 @@ def test_create_checks_the_name_before_touching_the_host(faked):
     faked.clear()
     with pytest.raises(clusters.NameTaken):
         create.create(load_spec(EXAMPLE), provider="vagrant")
-    assert faked == ["box"]  # the box was checked, the host left alone
+    assert faked == []  # the name first, in the create's transaction: neither the box nor the host touched
 
 
 def test_up_creates_waits_runs_a_first_job_and_names_the_entry(faked, monkeypatch):
@@ -123,7 +124,7 @@ def test_api_words_the_engine_checks_as_before(faked, monkeypatch):
     """CreateCluster through the API: the engine's NameTaken / ClusterLimit, SageMaker's codes and messages."""
     from lab.api import operations
     from lab.api.model import ApiError
-    from lab.engine import commands
+    from lab.control import commands
     from tests.api.seed import create_request
 
     lab = operations.Lab(store=daemon.store(), provider="sim")
@@ -145,7 +146,8 @@ def test_ctrl_c_on_delete_cluster_says_the_engine_goes_on(lab_home, monkeypatch)
     from typer.testing import CliRunner
 
     from lab.cli import app
-    from lab.engine import clusters, daemon
+    from lab.control import clusters
+    from lab.engine import daemon
     from lab.spec import loads_spec
     from tests.simlab import spec_text
 

@@ -8,13 +8,14 @@ import hashlib
 import os
 
 from lab.engine.bookkeeping import SCALING
-from lab.engine.events import event_id, event_number
+from lab.control.events import event_id, event_number
 from lab.engine.plan import group_settled, node_status
 from lab.engine.rolling import cluster_box
 from lab.engine.sight import stale_note
 from lab.engine.watching import ENGINE_STALE_S
 from lab.errors import NotFound, UsageError
 from lab.osutil import epoch, iso, iso_seconds, ms
+from lab.providers import registry
 from lab.store.db import ClusterRow, EventRow, NodeRow, Store
 
 REGION = "us-east-1"  # defaults: $SLURMLAB_REGION and $SLURMLAB_ACCOUNT_ID (or `serve --region/--account-id`)
@@ -105,7 +106,7 @@ def describe(st: Store, name: str) -> dict:
     gone = engine_note(seen_at, c.status)
     if c.failure_message or stale or gone:  # a client that reads only the model's fields sees these marks here
         out["FailureMessage"] = "; ".join(m for m in (c.failure_message, stale, gone) if m)
-    out["Lab"] = {"Provider": c.provider, "Simulated": c.provider == "sim",
+    out["Lab"] = {"Provider": c.provider, "Simulated": registry.info(c.provider).simulated,
                   "InServiceTime": iso(c.in_service_at), "FullSizeTime": iso(c.full_size_at)}
     if c.host:
         out["Lab"]["Host"] = c.host
@@ -126,7 +127,7 @@ def _status(c: ClusterRow, n: NodeRow) -> dict:
     status = {"Status": node_status(n.phase, n.pending)}
     if n.message:
         status["Message"] = n.message
-    elif c.provider == "sim":
+    elif registry.info(c.provider).simulated:
         status["Message"] = SIM_LABEL
     if c.unobserved_since is not None:  # never a Running from old data without saying so
         note = f"stale: not observed since {iso_seconds(c.unobserved_since)} ({c.unobserved_reason}); last seen {status['Status']}"
@@ -207,7 +208,7 @@ def describe_node(st: Store, name: str, node_id: str) -> dict:
     for k in ("LifeCycleConfig", "ThreadsPerCore", "InstanceStorageConfigs", "OverrideVpcConfig"):
         if k in sg:
             out[k] = sg[k]
-    out["Lab"] = {"Provider": c.provider, "Simulated": c.provider == "sim", "Phase": n.phase,
+    out["Lab"] = {"Provider": c.provider, "Simulated": registry.info(c.provider).simulated, "Phase": n.phase,
                   "Attempts": n.attempts, "Pending": n.pending,
                   "Box": n.image or cluster_box(c)}
     if c.host:

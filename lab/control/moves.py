@@ -18,9 +18,10 @@ cannot keep its address in another one), so a target cluster other than the sour
 from __future__ import annotations
 
 from lab.engine import daemon
-from lab.engine.commands import _Batch, _record_targets
+from lab.control.batches import Batch
+from lab.control.commands import record_targets
 from lab.engine.plan import is_continuous, node_status
-from lab.engine.views import get, named_group, resolve
+from lab.control.views import get, named_group, resolve
 from lab.errors import UsageError
 from lab.store.db import Store
 
@@ -41,7 +42,7 @@ def move_nodes(st: Store, name: str, source_group: str, target_group: str, *, ta
     if target_group == source_group:
         raise UsageError(f"TargetInstanceGroupName: '{target_group}' is the source group itself",
                          "name another instance group of the cluster")
-    b = _Batch("Code")
+    b = Batch("Code")
     with st.tx():
         c = get(st, name)
         if c.status != "InService" or not is_continuous(c):
@@ -99,7 +100,7 @@ def move_nodes(st: Store, name: str, source_group: str, target_group: str, *, ta
             st.update_node(name, n.name, grp=target_group, pending=DETACH, message=f"DetachInProgress: moving from "
                            f"{source_group} to {target_group}")
         if chosen:
-            _record_targets(st, c, "MoveClusterNodes", {source_group: floor, target_group: dst.target_count + len(chosen)},
+            record_targets(st, c, "MoveClusterNodes", {source_group: floor, target_group: dst.target_count + len(chosen)},
                             [source_group, target_group], [n.name for n in chosen],
                             f"MoveClusterNodes: {', '.join(n.name for n in chosen)} from {source_group} to {target_group}")
     if start_engine:

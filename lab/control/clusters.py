@@ -1,6 +1,7 @@
 """The operations the CLI and the API call, in one place to import them from:
 
-    commands  create, update, delete, add_nodes, delete_nodes, reboot_nodes, replace_nodes
+    commands  create, update, delete
+    batches   add_nodes, delete_nodes, reboot_nodes, replace_nodes
     views     describe, list_nodes, describe_node, list_events, describe_event, gpus, get, arn
     waiting   wait
     events    event_id (the EventId codec)
@@ -11,22 +12,10 @@ HyperPod's responses (botocore's SageMaker service model).
 
 from __future__ import annotations
 
-from lab.engine.commands import (
-    MAX_CLUSTERS,
-    ClusterLimit,
-    NameTaken,
-    _group_rows,
-    add_nodes,
-    check_new,
-    create,
-    delete,
-    delete_nodes,
-    reboot_nodes,
-    replace_nodes,
-    update,
-)
-from lab.engine.events import event_id
-from lab.engine.views import (
+from lab.control.batches import add_nodes, delete_nodes, reboot_nodes, replace_nodes
+from lab.control.commands import MAX_CLUSTERS, ClusterLimit, NameTaken, _group_rows, check_new, create, delete, update
+from lab.control.events import event_id
+from lab.control.views import (
     arn,
     describe,
     describe_event,
@@ -36,7 +25,7 @@ from lab.engine.views import (
     list_events,
     list_nodes,
 )
-from lab.engine.waiting import wait
+from lab.control.waiting import wait
 from lab.errors import Conflict, NotFound, UsageError
 
 __all__ = [

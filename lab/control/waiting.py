@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 
 from lab.engine import daemon
-from lab.engine.views import describe, list_nodes
+from lab.control.views import describe, list_nodes
 from lab.errors import NotFound
 from lab.store.db import Store
 

@@ -6,7 +6,7 @@ The engine finishes an operation when its groups (or nodes) settle: Completed, o
 rollback). HyperPod's statuses are InProgress, Superseded and Done: Completed and Failed are both
 Done; the lab never supersedes an operation (a newer UpdateCluster adds its own). HyperPod's types are
 Scaling (CreateCluster, UpdateCluster, BatchAddClusterNodes, BatchDeleteClusterNodes) and DeepHealthCheck
-(StartClusterHealthCheck, lab/engine/health.py); reboots and replacements are operations of the lab only
+(StartClusterHealthCheck, lab/control/health.py); reboots and replacements are operations of the lab only
 (their events carry their id), not listed.
 """
 
@@ -17,7 +17,7 @@ import uuid
 from collections import Counter
 
 from lab.engine.bookkeeping import HEALTH_CHECK, SCALING
-from lab.engine.views import get
+from lab.control.views import get
 from lab.errors import NotFound, UsageError
 from lab.osutil import iso, ms
 from lab.store.db import OperationRow, Store

@@ -15,10 +15,10 @@ import math
 from collections.abc import Callable
 
 from lab.engine import daemon
-from lab.engine.operations import new_op
+from lab.control.operations import new_op
 from lab.engine.plan import leaving
 from lab.engine.rolling import UPDATE, cluster_box
-from lab.engine.views import get, named_group
+from lab.control.views import get, named_group
 from lab.errors import Conflict, UsageError
 from lab.providers import registry
 from lab.store.db import ClusterRow, Store

@@ -17,8 +17,8 @@ from collections.abc import Callable
 
 from lab.engine import daemon
 from lab.engine.checkpointing import CHECKPOINT, KINDS, RESTORE
-from lab.engine.operations import new_op
-from lab.engine.views import get
+from lab.control.operations import new_op
+from lab.control.views import get
 from lab.errors import Conflict, UsageError
 from lab.providers import registry
 from lab.providers.base import Checkpoints

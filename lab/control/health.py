@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from lab.engine import daemon
 from lab.engine.bookkeeping import HEALTH_CHECK
-from lab.engine.operations import new_op
+from lab.control.operations import new_op
 from lab.engine.plan import HEALTH_ASKED, HEALTH_MARKS, leaving, node_status
-from lab.engine.views import get, named_group
+from lab.control.views import get, named_group
 from lab.errors import UsageError
 from lab.store.db import Store
 
