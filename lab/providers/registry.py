@@ -8,7 +8,6 @@ never compares names (the way kind's providers answer `Info()`).
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 from lab.errors import UsageError
@@ -52,11 +51,11 @@ def make(name: str) -> Provider:
     """A provider object for `name` (the engine makes one per name, on first use)."""
     check(name)
     if name == "sim":
-        from lab import paths
+        from lab import paths, settings
         from lab.providers.sim import SimProvider
 
         # The simulated VMs outlive the engine (as libvirt domains do): a restarted engine finds them.
-        return SimProvider(boot_time=float(os.environ.get("SLURMLAB_SIM_BOOT_TIME", "1.0")),
+        return SimProvider(boot_time=settings.SIM_BOOT_TIME.get(),
                            path=paths.home() / "sim-vms.db")
     from lab.providers.vagrant import VagrantProvider
 
