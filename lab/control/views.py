@@ -5,8 +5,8 @@ the lab-only GPU counts. Read-only: nothing here writes the store."""
 from __future__ import annotations
 
 import hashlib
-import os
 
+from lab import settings
 from lab.engine.bookkeeping import SCALING
 from lab.control.events import event_id, event_number
 from lab.engine.plan import group_settled, node_status
@@ -18,18 +18,18 @@ from lab.osutil import epoch, iso, iso_seconds, ms
 from lab.providers import registry
 from lab.store.db import ClusterRow, EventRow, NodeRow, Store
 
-REGION = "us-east-1"  # defaults: $SLURMLAB_REGION and $SLURMLAB_ACCOUNT_ID (or `serve --region/--account-id`)
-ACCOUNT = "000000000000"
+REGION = settings.REGION.default  # defaults: $SLURMLAB_REGION and $SLURMLAB_ACCOUNT_ID (or `serve --region/--account-id`)
+ACCOUNT = settings.ACCOUNT_ID.default
 LEVELS = {"Info": "Info", "Warning": "Warn", "Warn": "Warn", "Error": "Error"}
 SIM_LABEL = "simulated instance (provider sim: no VM, no Slurm inside)"
 
 
 def default_region() -> str:
-    return os.environ.get("SLURMLAB_REGION") or REGION
+    return settings.REGION.get()
 
 
 def default_account() -> str:
-    return os.environ.get("SLURMLAB_ACCOUNT_ID") or ACCOUNT
+    return settings.ACCOUNT_ID.get()
 
 
 def arn(name: str, region: str | None = None, account: str | None = None) -> str:

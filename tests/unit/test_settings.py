@@ -20,7 +20,6 @@ NAME = re.compile(r"SLURMLAB_[A-Z0-9_]+")
 NOT_YET_CONVERTED = {
     "lab/engine/daemon.py",  # LEGACY_ATTEMPTS, BOOT_SLOTS
     "lab/engine/hostloss.py",  # HOST_LOST_S
-    "lab/control/views.py",  # REGION, ACCOUNT_ID
 }
 
 
