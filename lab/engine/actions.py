@@ -24,6 +24,7 @@ from lab.engine.plan import (
     node_recovery,
 )
 from lab.engine.rolling import Rollout
+from lab.engine.states import Kind, Phase, Status
 from lab.engine.tasks import Tasks
 from lab.providers.base import LaunchError, Observed, threads_running
 from lab.store.db import ClusterRow, NodeRow
@@ -48,7 +49,7 @@ class Steps:
             raise
         except Exception as e:  # noqa: BLE001
             log.exception("%s %s", a.kind, a.node or a.batch)
-            if a.kind in ("delete_cluster", "rollback_cluster", "orphan", "repair"):  # no node step failed
+            if a.kind in (Kind.DELETE_CLUSTER, Kind.ROLLBACK_CLUSTER, Kind.ORPHAN, Kind.REPAIR):  # no node step failed
                 self.store.add_event(cluster, "Cluster", "Error", f"{a.kind} {a.node or cluster} failed: {e}"[:500])
                 return
             failures = e.failures if isinstance(e, ConfigureError) else {}
@@ -57,19 +58,19 @@ class Steps:
             for node in ([a.node] if a.node else list(a.batch)):
                 n = self.store.node(cluster, node)
                 self.rec.fail(cluster, node, f"{a.kind} failed: {failures.get(node) or e}",
-                              keep_phase=a.kind in ("remove", "leave"), permanent=permanent,
+                              keep_phase=a.kind in (Kind.REMOVE, Kind.LEAVE), permanent=permanent,
                               counted=n is not None and n.grp not in counted)
                 if n is not None:
                     counted.add(n.grp)
-            if a.kind == "configure" and " unreachable" in str(failures.get(a.node) or e):
+            if a.kind == Kind.CONFIGURE and " unreachable" in str(failures.get(a.node) or e):
                 self.rec.unreachable(cluster, a.node)
 
     async def _do_launch(self, cluster: str, a: Action, ctx=None) -> None:
         n = self.store.node(cluster, a.node)
-        if n is None or n.phase not in ("planned", "failed", "launching"):
+        if n is None or n.phase not in (Phase.PLANNED, Phase.FAILED, Phase.LAUNCHING):
             return
         c = self.rec.snap[cluster][0]
-        self.store.update_node(cluster, a.node, phase="launching", launched_at=self.clock(), message="launching VM")
+        self.store.update_node(cluster, a.node, phase=Phase.LAUNCHING, launched_at=self.clock(), message="launching VM")
         self.stats["launches"] += 1
         fault = launch_fault(self.rec.faults, cluster, n.name, n.generation, n.attempts)
         if fault:
@@ -91,18 +92,18 @@ class Steps:
 
     def _booted(self, cluster: str, a: Action, message: str, event: str, op: str | None, **vals) -> None:
         """The node's VM answers (launched or rebooted): it is configured again from scratch."""
-        self.store.update_node(cluster, a.node, phase="booted", booted_at=self.clock(), configured_at=None,
+        self.store.update_node(cluster, a.node, phase=Phase.BOOTED, booted_at=self.clock(), configured_at=None,
                                message=message, **vals)
         self.store.add_event(cluster, "Instance", "Info", f"{a.node}: {event}", grp=a.group, node=a.node,
                              operation_id=op)
 
     async def _do_configure(self, cluster: str, a: Action, ctx=None) -> None:
         n = self.store.node(cluster, a.node)
-        if n is None or n.phase not in ("booted", "configuring", "configured", "failed"):
+        if n is None or n.phase not in (Phase.BOOTED, Phase.CONFIGURING, Phase.CONFIGURED, Phase.FAILED):
             return
         c = self.rec.snap[cluster][0]
         node_type = self.rec.group(cluster, n.grp).node_type
-        self.store.update_node(cluster, a.node, phase="configuring", message="configuring (Ansible)")
+        self.store.update_node(cluster, a.node, phase=Phase.CONFIGURING, message="configuring (Ansible)")
         results = await self.io.configurer_for(c).configure_async(ctx, n.name, node_type)
         warnings = warnings_of(results)  # e.g. a boot-time setup that failed: Ansible did it instead
         for w in warnings:
@@ -111,13 +112,13 @@ class Steps:
         said = f" ({'; '.join(warnings)})"[:400] if warnings else ""
         if node_type == "Compute":
             # configured_at starts the join batching window (plan.join_wait)
-            self.store.update_node(cluster, a.node, phase="configured", configured_at=self.clock(),
+            self.store.update_node(cluster, a.node, phase=Phase.CONFIGURED, configured_at=self.clock(),
                                    message="configured, waiting to join" + said)
             # when configuring ended and waiting for the join began (bench/cluster_timeline.py reads it)
             self.store.add_event(cluster, "Instance", "Info", f"{a.node}: compute configured, waiting to join Slurm",
                                  grp=a.group, node=a.node, operation_id=self.rec.op_of(cluster, a.node, a.group))
         else:
-            self.store.update_node(cluster, a.node, phase="running", joined_at=self.clock(), message=said.strip(" ()"),
+            self.store.update_node(cluster, a.node, phase=Phase.RUNNING, joined_at=self.clock(), message=said.strip(" ()"),
                                    attempts=0)
             self.rec.group_succeeded(cluster, n.grp)
             self.store.add_event(cluster, "Instance", "Info", f"{a.node}: {node_type.lower()} ready",
@@ -142,8 +143,8 @@ class Steps:
 
     async def _do_join(self, cluster: str, a: Action, ctx=None) -> None:
         self.stats["joined_nodes"] += len(a.batch)
-        batch = await self._slurm_batch(cluster, a, ctx, {"phase": "joining", "message": "joining Slurm"},
-                                        {"phase": "running", "joined_at": NOW, "message": "", "attempts": 0}, "join")
+        batch = await self._slurm_batch(cluster, a, ctx, {"phase": Phase.JOINING, "message": "joining Slurm"},
+                                        {"phase": Phase.RUNNING, "joined_at": NOW, "message": "", "attempts": 0}, "join")
         rows = [r for r in (self.store.node(cluster, n) for n in batch) if r is not None]
         for r in rows:
             if r.pending == MOVE_ATTACH:  # a moved node's attach ends with its join
@@ -160,7 +161,7 @@ class Steps:
     async def _do_leave(self, cluster: str, a: Action, ctx=None) -> None:
         """Scale-in, Slurm side, for a batch: drain, wait for jobs, out of slurm.conf, one reconfigure."""
         batch = await self._slurm_batch(cluster, a, ctx,
-                                        {"phase": "removing", "message": "draining (Slurm) before removal"},
+                                        {"phase": Phase.REMOVING, "message": "draining (Slurm) before removal"},
                                         {"joined_at": None, "message": "out of Slurm; removing the VM"}, "leave")
         self.store.add_event(cluster, "InstanceGroup", "Info",
                              f"{len(batch)} node(s) drained and removed from slurm.conf: {', '.join(batch[:20])}")
@@ -180,7 +181,7 @@ class Steps:
                 self.store.update_node(cluster, x, pending="replace", image=targets.get(x),
                                        message=f"SystemUpdating: out of Slurm; its VM is replaced with box {targets.get(x)}")
             else:
-                self.store.update_node(cluster, x, phase="booted", pending=MOVE_ATTACH,
+                self.store.update_node(cluster, x, phase=Phase.BOOTED, pending=MOVE_ATTACH,
                                        message="AttachInProgress: configuring for its new group")
         self.rec.dirty.add(cluster)  # a new box for some: the Vagrantfile is written again before a launch
         self.store.add_event(cluster, "InstanceGroup", "Info", f"{len(batch)} node(s) left Slurm (drained, out of "
@@ -196,7 +197,7 @@ class Steps:
         if n is None:
             return
         c = self.rec.snap[cluster][0]
-        self.store.update_node(cluster, a.node, phase="removing", message="removing the VM")
+        self.store.update_node(cluster, a.node, phase=Phase.REMOVING, message="removing the VM")
         await self.io.provider_for(c).remove_async(cluster, [a.node])
         self.store.delete_node(cluster, a.node)
         self.rec.dirty.add(cluster)
@@ -232,9 +233,9 @@ class Steps:
         prov = self.io.provider_for(self.rec.snap[cluster][0])
         op = self.rec.op_of(cluster, a.node)
         await self._take_down(cluster, a.node, "rebooting its VM")  # its jobs end now (_take_down)
-        self.store.update_node(cluster, a.node, phase="rebooting", pending=None, message="rebooting")
+        self.store.update_node(cluster, a.node, phase=Phase.REBOOTING, pending=None, message="rebooting")
         if a.reason == "missing":  # nothing to reboot: launch it again
-            self.store.update_node(cluster, a.node, phase="planned", booted_at=None, configured_at=None,
+            self.store.update_node(cluster, a.node, phase=Phase.PLANNED, booted_at=None, configured_at=None,
                                    message="no VM to reboot: launching")
             return
         await prov.reboot_async(cluster, a.node)
@@ -247,7 +248,7 @@ class Steps:
         prov = self.io.provider_for(self.rec.snap[cluster][0])
         op = self.rec.op_of(cluster, a.node)
         await self._take_down(cluster, a.node, "replacing its VM")
-        self.store.update_node(cluster, a.node, phase="replacing", pending=None, message="replacing: removing the old VM")
+        self.store.update_node(cluster, a.node, phase=Phase.REPLACING, pending=None, message="replacing: removing the old VM")
         if self.rec.group(cluster, n.grp).node_type == "Controller":
             # a clean shutdown first: slurmctld saves its state, MariaDB and the NFS server stop, and the
             # state disk (kept for the new VM) is unmounted clean
@@ -301,7 +302,7 @@ class Steps:
         elif what == "failed":
             msg = (f"deep health check failed: {why}; NodeRecovery is None: BatchRebootClusterNodes or "
                    "BatchReplaceClusterNodes recovers it")
-            self.store.update_node(cluster, node, pending=None, phase="failed", retry_at=NO_RETRY, message=msg[:500])
+            self.store.update_node(cluster, node, pending=None, phase=Phase.FAILED, retry_at=NO_RETRY, message=msg[:500])
             self.store.add_event(cluster, "Instance", "Error", f"{node}: {msg}"[:500], grp=n.grp, node=node, operation_id=op)
         else:
             verb = "rebooting" if what == "reboot" else "replacing"
@@ -316,8 +317,8 @@ class Steps:
         with self.store.tx():
             self.store.delete_nodes(cluster)
             for g in self.store.groups(cluster):
-                self.store.update_group(cluster, g.name, status="Failed")
-            self.store.update_cluster(cluster, status="Failed")
+                self.store.update_group(cluster, g.name, status=Status.FAILED)
+            self.store.update_cluster(cluster, status=Status.FAILED)
         self.rec.capacity_released(*types)
         self.store.add_event(cluster, "Cluster", "Error",
                              f"cluster {cluster} is Failed: rolled back, every VM removed ({c.failure_message})")
@@ -373,9 +374,9 @@ class Steps:
 
 
 # The actions that run as tasks (the others are quick store writes in the pass: Engine.SYNC_ACTIONS).
-ACTIONS = {"launch": Steps._do_launch, "configure": Steps._do_configure, "join": Steps._do_join,
-           "leave": Steps._do_leave, "remove": Steps._do_remove, "orphan": Steps._do_orphan,
-           "lost": Steps._do_lost, "reboot": Steps._do_reboot, "replace": Steps._do_replace,
-           "healthcheck": Steps._do_healthcheck, "detach": Steps._do_detach,
-           "rollback_cluster": Steps._do_rollback_cluster, "delete_cluster": Steps._do_delete_cluster,
-           "repair": Steps._do_repair}
+ACTIONS = {Kind.LAUNCH: Steps._do_launch, Kind.CONFIGURE: Steps._do_configure, Kind.JOIN: Steps._do_join,
+           Kind.LEAVE: Steps._do_leave, Kind.REMOVE: Steps._do_remove, Kind.ORPHAN: Steps._do_orphan,
+           Kind.LOST: Steps._do_lost, Kind.REBOOT: Steps._do_reboot, Kind.REPLACE: Steps._do_replace,
+           Kind.HEALTHCHECK: Steps._do_healthcheck, Kind.DETACH: Steps._do_detach,
+           Kind.ROLLBACK_CLUSTER: Steps._do_rollback_cluster, Kind.DELETE_CLUSTER: Steps._do_delete_cluster,
+           Kind.REPAIR: Steps._do_repair}

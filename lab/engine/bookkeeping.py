@@ -13,6 +13,7 @@ from collections.abc import Callable
 from lab.engine import plan as planner
 from lab.engine import recovery
 from lab.engine.plan import NO_RETRY, Action
+from lab.engine.states import Phase, Status
 from lab.providers.base import MachineSpec, Placement, Provider, in_thread, start_of, state_disk_name
 from lab.store.db import ClusterRow, GroupRow, NodeRow, Store
 
@@ -104,7 +105,7 @@ class Records:
             st = p.group_status.get(g.name)
             if st and st != g.status:
                 self.store.update_group(name, g.name, status=st)
-                self.store.add_event(name, "InstanceGroup", "Info" if st != "Degraded" else "Warning",
+                self.store.add_event(name, "InstanceGroup", "Info" if st != Status.DEGRADED else "Warning",
                                      f"instance group {g.name} is {st}", grp=g.name,
                                      operation_id=self.op_of(name, group=g.name))
         if p.cluster_status and p.cluster_status != c.status:
@@ -127,7 +128,7 @@ class Records:
                 if op.kind == "BatchDeleteClusterNodes":
                     done = done and not any(x in by_name for x in op.nodes)
             else:  # a deep health check is done too when a node it failed is left Failure (NodeRecovery None)
-                done = all(x not in by_name or (by_name[x].phase == "running" and not by_name[x].pending)
+                done = all(x not in by_name or (by_name[x].phase == Phase.RUNNING and not by_name[x].pending)
                            or (op.kind == HEALTH_CHECK and planner.failed_for_good(by_name[x])) for x in op.nodes)
             if done:
                 self.store.finish_operation(op.id, "Completed", when=self.clock())
@@ -145,9 +146,9 @@ class Records:
         an update goes back to the groups and counts it started from."""
         name, msg = c.name, a.reason
         ops = self.store.operations(name, "InProgress")
-        if c.status == "Creating" or c.in_service_at is None:
-            self.store.update_cluster(name, status="RollingBack", failure_message=msg)
-            self.store.update_group(name, a.group, status="Failed")
+        if c.status == Status.CREATING or c.in_service_at is None:
+            self.store.update_cluster(name, status=Status.ROLLING_BACK, failure_message=msg)
+            self.store.update_group(name, a.group, status=Status.FAILED)
             for op in ops:
                 self.store.finish_operation(op.id, "Failed", msg, when=self.clock())
             self.store.add_event(name, "Cluster", "Error", f"cluster {name} is RollingBack: {msg}", grp=a.group)
@@ -158,11 +159,11 @@ class Records:
                 before = {g["name"]: g for g in undo.get("groups", [])}
                 for g in self.store.groups(name):
                     if g.name not in before:
-                        self.store.update_group(name, g.name, status="Deleting", target_count=0)
+                        self.store.update_group(name, g.name, status=Status.DELETING, target_count=0)
                 for gd in before.values():
-                    self.store.put_group(GroupRow(**{**gd, "status": "Updating"}))
+                    self.store.put_group(GroupRow(**{**gd, "status": Status.UPDATING}))
                 self.store.update_cluster(name, spec=undo["spec"])
-            self.store.update_cluster(name, status="RollingBack", failure_message=f"UpdateCluster rolled back: {msg}")
+            self.store.update_cluster(name, status=Status.ROLLING_BACK, failure_message=f"UpdateCluster rolled back: {msg}")
             for op in ops:
                 self.store.finish_operation(op.id, "Failed", msg, when=self.clock())
         self.store.add_event(name, "Cluster", "Error", f"cluster {name} is RollingBack the update: {msg}", grp=a.group)
@@ -200,13 +201,13 @@ class Records:
         attempts = n.attempts + 1
         if permanent and not keep_phase:
             vals = {"message": f"{message[:400]} (permanent; {PERMANENT_HINT})", "attempts": attempts,
-                    "retry_at": NO_RETRY, "phase": "failed"}
+                    "retry_at": NO_RETRY, "phase": Phase.FAILED}
             said = f"{node}: {message[:300]} (permanent failure, not retried)"
         else:
             delay = backoff(attempts, self.rng, self.backoff_base, self.backoff_max)
             vals = {"message": message[:500], "attempts": attempts, "retry_at": self.clock() + delay}
             if not keep_phase:
-                vals["phase"] = "failed"
+                vals["phase"] = Phase.FAILED
             said = (f"{node}: {message[:300]} (retry {attempts} in {delay:.0f} s)" if level == "Error"
                     else f"{node}: {message} (next try in {delay:.0f} s)")
         self.store.update_node(cluster, node, **vals)
@@ -264,7 +265,7 @@ class Records:
         why = (f"instance group {a.group} is protected (slurmlab resume-group {cluster} {a.group})" if g.protected
                else "NodeRecovery is None")
         msg = f"VM {a.reason}; not replaced because {why} (BatchReplaceClusterNodes replaces it, BatchDeleteClusterNodes removes it)"
-        self.store.update_node(cluster, a.node, phase="lost", message=msg, **_no_health_mark(cluster, a.node, self.store))
+        self.store.update_node(cluster, a.node, phase=Phase.LOST, message=msg, **_no_health_mark(cluster, a.node, self.store))
         self.store.add_event(cluster, "Instance", "Error", f"{a.node}: {msg}", grp=a.group, node=a.node)
 
     def disk_marks(self, cluster: str, nodes: list[NodeRow], seen: dict, p: planner.Plan) -> None:
@@ -278,7 +279,7 @@ class Records:
                 self.store.add_event(cluster, "Instance", "Warning", f"{n.name}: {msg}", grp=n.grp, node=n.name)
             elif marked and n.name not in p.disk_full and n.name in seen:
                 said = "resumed: the storage pool's disk had room again"
-                self.store.update_node(cluster, n.name, message="" if n.phase == "running" else said)
+                self.store.update_node(cluster, n.name, message="" if n.phase == Phase.RUNNING else said)
                 self.store.add_event(cluster, "Instance", "Info", f"{n.name}: {said}", grp=n.grp, node=n.name)
 
     # ------------------------------------------------------------------ node records
@@ -318,7 +319,7 @@ class Records:
         addresses.add(address)
         added = self.store.add_node(NodeRow(cluster=c.name, name=name, grp=g.name, ordinal=ordinal,
                                             instance_id=instance_id(c.name, name, prov.id_prefix),
-                                            address=address, mac=mac, phase="planned"), if_absent=True)
+                                            address=address, mac=mac, phase=Phase.PLANNED), if_absent=True)
         if added:
             self.dirty.add(c.name)
             self.store.add_event(c.name, "Instance", "Info", f"node {name} planned ({address})", grp=g.name, node=name,
@@ -327,7 +328,7 @@ class Records:
     def new_instance(self, cluster: str, n: NodeRow, prov: Provider, message: str) -> None:
         """The node gets a fresh instance under the same name (a new generation and instance id)."""
         gen = n.generation + 1
-        self.store.update_node(cluster, n.name, phase="planned", booted_at=None, configured_at=None, attempts=0,
+        self.store.update_node(cluster, n.name, phase=Phase.PLANNED, booted_at=None, configured_at=None, attempts=0,
                                retry_at=0, generation=gen, instance_id=instance_id(cluster, n.name, prov.id_prefix, gen),
                                message=message, **_after_new_instance(n.pending))
 

@@ -17,7 +17,7 @@ import time
 
 from filelock import FileLock, Timeout
 
-from lab import paths
+from lab import paths, settings
 from lab.osutil import running
 from lab.store import Store
 
@@ -103,10 +103,9 @@ def make_configurer(name: str):
 def make_engine(st: Store):
     """The daemon's engine: each cluster built by its own provider, made on first use."""
     from lab.engine.engine import Engine
-    from lab.engine.plan import LEGACY_ATTEMPTS
 
     return Engine(st, provider_factory=make_provider, configurer_factory=make_configurer,
-                  max_attempts=int(os.environ.get("SLURMLAB_LEGACY_ATTEMPTS", LEGACY_ATTEMPTS)),
+                  max_attempts=settings.LEGACY_ATTEMPTS.get(),
                   boot_slots=boot_slots())
 
 
@@ -116,13 +115,13 @@ def boot_slots() -> dict[str, int]:
     gate InService) get the CPU before the compute nodes; with KVM no limit. Measured on 2 cores
     (docs/adr/0002-provisioning-pipeline.md): with 2 slots InService came at 158 s and the first job
     at 277.5 s, with every VM booting at once at 258 s and 291.2 s; full size 287.5 s either way.
-    $SLURMLAB_BOOT_SLOTS overrides it (0: no limit)."""
+    settings.BOOT_SLOTS overrides it (0: no limit)."""
     from lab.providers import registry
 
     real = [n for n in registry.names() if not registry.info(n).simulated]  # a simulated boot costs no CPU
-    env = os.environ.get("SLURMLAB_BOOT_SLOTS", "").strip()
-    if env.isdigit():
-        return {n: int(env) for n in real} if int(env) > 0 else {}
+    given = settings.BOOT_SLOTS.get()
+    if given is not None:
+        return {n: given for n in real} if given > 0 else {}
     from lab.host import kvm
 
     if kvm.detect().usable:

@@ -42,6 +42,7 @@ from lab.engine.hostloss import HOST_LOST_S, HostLoss
 from lab.engine.plan import JOIN_MAX_WAIT_S, JOIN_QUIET_S, LEGACY_ATTEMPTS, Action
 from lab.engine.rolling import Rollout
 from lab.engine.sight import Sight
+from lab.engine.states import Kind, Status
 from lab.engine.tasks import Tasks
 from lab.engine.watching import SlurmWatch
 from lab.providers.base import Placement, Provider, threads_running
@@ -50,15 +51,15 @@ from lab.store.db import Store
 log = logging.getLogger(__name__)
 
 # Actions done inside the pass (quick store writes); the others become tasks (actions.ACTIONS).
-SYNC_ACTIONS = {"create_node", "short", "rollback", "drop_group", "keep_lost"}
+SYNC_ACTIONS = {Kind.CREATE_NODE, Kind.SHORT, Kind.ROLLBACK, Kind.DROP_GROUP, Kind.KEEP_LOST}
 
 
 def _task_key(a: Action) -> str:
-    if a.kind in ("join", "leave", "detach"):
+    if a.kind in (Kind.JOIN, Kind.LEAVE, Kind.DETACH):
         return "join"  # one slurm.conf change at a time per cluster
-    if a.kind == "delete_cluster":
+    if a.kind == Kind.DELETE_CLUSTER:
         return "delete"
-    if a.kind == "rollback_cluster":
+    if a.kind == Kind.ROLLBACK_CLUSTER:
         return "rollback"
     return a.node or a.kind
 
@@ -166,7 +167,7 @@ class Engine:
         name, rec = c.name, self.rec
         gmap = {g.name: g for g in groups}
         rec.snap[name] = (c, groups, gmap, nodes)
-        if c.status == "Failed":
+        if c.status == Status.FAILED:
             return
         try:
             prov = self.io.provider_for(c)
@@ -175,7 +176,7 @@ class Engine:
                 self._unusable.add(name)
                 self.store.add_event(name, "Cluster", "Error", f"cluster {name}: provider {c.provider!r} unusable: {e}")
             return
-        rec.ops[name] = [op for op in self.store.operations(name, "InProgress")] if c.status != "Deleting" else []
+        rec.ops[name] = [op for op in self.store.operations(name, "InProgress")] if c.status != Status.DELETING else []
         if self.checkpoints.pending(c):
             return  # a checkpoint or restore has the cluster (lab/engine/checkpointing.py)
         observed: dict[str, str] = {}
@@ -190,7 +191,7 @@ class Engine:
         self.sight.seen(c)
         if c.host is None and isinstance(prov, Placement) and (host := prov.host_of(name)):  # a cluster placed before the store kept hosts
             self.store.update_cluster(name, host=host)
-        if c.status != "Deleting":
+        if c.status != Status.DELETING:
             observed = {k: v.state for k, v in seen.items()}
             rec.fill_addresses(c, prov, nodes)
         now = self.clock()
@@ -209,26 +210,26 @@ class Engine:
                 if by_name[waiting].message != msg:
                     self.store.update_node(c.name, waiting, message=msg)
 
-        if any(a.kind == "rollback" for a in p.actions):
-            rec.rollback(c, next(a for a in p.actions if a.kind == "rollback"))
+        if any(a.kind == Kind.ROLLBACK for a in p.actions):
+            rec.rollback(c, next(a for a in p.actions if a.kind == Kind.ROLLBACK))
             return
-        if any(a.kind in ("launch", "reboot") for a in p.actions) and rec.needs_prepare(name):
+        if any(a.kind in (Kind.LAUNCH, Kind.REBOOT) for a in p.actions) and rec.needs_prepare(name):
             await rec.prepare(c, prov, gmap, nodes)
         addresses = None
         for a in p.actions:
-            if a.kind == "create_node":
+            if a.kind == Kind.CREATE_NODE:
                 if addresses is None:
                     addresses = {n.address for n in nodes if n.address}
                     if not addresses:  # the cluster's first node: its host first
                         await rec.place(c, prov, groups, a.group)
                 rec.create_node(c, prov, gmap[a.group], a.ordinal, addresses)
-            elif a.kind == "short":
+            elif a.kind == Kind.SHORT:
                 rec.short(name, a)
-            elif a.kind == "drop_group":
+            elif a.kind == Kind.DROP_GROUP:
                 self.store.delete_group(name, a.group)
                 self.store.add_event(name, "InstanceGroup", "Info", f"instance group {a.group} deleted", grp=a.group,
                                      operation_id=rec.op_of(name, group=a.group))
-            elif a.kind == "keep_lost":
+            elif a.kind == Kind.KEEP_LOST:
                 rec.keep_lost(name, a)
         ctx = None
         for a in p.actions:
@@ -237,9 +238,9 @@ class Engine:
             key = _task_key(a)
             if self.work.active(name, key):
                 continue
-            if a.kind in ("delete_cluster", "rollback_cluster"):
+            if a.kind in (Kind.DELETE_CLUSTER, Kind.ROLLBACK_CLUSTER):
                 await self.work.cancel(name, keep=key)
-            if a.kind in ("configure", "join", "leave", "detach", "healthcheck") and ctx is None:
+            if a.kind in (Kind.CONFIGURE, Kind.JOIN, Kind.LEAVE, Kind.DETACH, Kind.HEALTHCHECK) and ctx is None:
                 ctx = self.io.context_from(c, groups, nodes)
             self.work.start(name, key, self.steps.run(name, a, ctx))
 

@@ -16,17 +16,18 @@ brings it back, and the VMs it still runs with it.
 from __future__ import annotations
 
 import logging
-import os
 
+from lab import settings
 from lab.engine.bookkeeping import Records
 from lab.engine.sight import Sight
+from lab.engine.states import Phase, Status
 from lab.engine.tasks import Tasks
 from lab.providers.base import Placement, Provider, ProviderUnreachable, in_thread
 from lab.store.db import ClusterRow, GroupRow, NodeRow
 
 log = logging.getLogger(__name__)
 
-HOST_LOST_S = float(os.environ.get("SLURMLAB_HOST_LOST_S", "60"))
+HOST_LOST_S = settings.HOST_LOST_S.get()
 FAILURE_SHOWN_S = 5.0
 
 
@@ -40,7 +41,7 @@ class HostLoss:
 
     async def check(self, c: ClusterRow, prov: Provider, groups: list[GroupRow], nodes: list[NodeRow],
                                e: Exception) -> None:
-        if not isinstance(e, ProviderUnreachable) or c.status == "Deleting":
+        if not isinstance(e, ProviderUnreachable) or c.status == Status.DELETING:
             return
         old = prov.host_of(c.name) if isinstance(prov, Placement) else None
         if old is None or old == "local":
@@ -51,10 +52,10 @@ class HostLoss:
         reason = f"host {old} lost ({e})"
         if (c.spec.get("NodeRecovery") or "Automatic") != "Automatic":
             msg = f"{reason}; not replaced because NodeRecovery is None (BatchReplaceClusterNodes replaces it)"
-            if any(n.phase != "lost" for n in nodes if n.phase not in ("removing", "removed")):
+            if any(n.phase != Phase.LOST for n in nodes if n.phase not in (Phase.REMOVING, Phase.REMOVED)):
                 for n in nodes:
-                    if n.phase not in ("removing", "removed"):
-                        self.store.update_node(c.name, n.name, phase="lost", message=msg)
+                    if n.phase not in (Phase.REMOVING, Phase.REMOVED):
+                        self.store.update_node(c.name, n.name, phase=Phase.LOST, message=msg)
                 self.store.add_event(c.name, "Cluster", "Error", f"{msg}: cluster {c.name}'s nodes stay Failure")
             return
         mem = sum(g.target_count * g.memory_mib for g in groups)
@@ -66,11 +67,11 @@ class HostLoss:
             return
         now = self.clock()
         for n in nodes:
-            if n.phase in ("removing", "removed"):
+            if n.phase in (Phase.REMOVING, Phase.REMOVED):
                 continue
             self.rec.new_instance(c.name, n, prov, f"{reason}: replaced on host {new} (NodeRecovery Automatic)")
             # a new address on the new host's network (its subnet may differ): _fill_addresses
-            self.store.update_node(c.name, n.name, phase="failed", retry_at=now + FAILURE_SHOWN_S, address="")
+            self.store.update_node(c.name, n.name, phase=Phase.FAILED, retry_at=now + FAILURE_SHOWN_S, address="")
             self.store.add_event(c.name, "Instance", "Error", f"{n.name}: Failure: {reason}; a new instance is "
                                  f"launched on host {new} (NodeRecovery Automatic)", grp=n.grp, node=n.name)
         self.store.update_cluster(c.name, host=new)
@@ -87,5 +88,5 @@ class HostLoss:
         if not any(n.message == message for n in nodes):
             self.store.add_event(c.name, "Cluster", "Error", message)
         for n in nodes:
-            if n.phase not in ("removing", "removed", "lost"):
-                self.store.update_node(c.name, n.name, phase="failed", retry_at=self.clock() + 30, message=message)
+            if n.phase not in (Phase.REMOVING, Phase.REMOVED, Phase.LOST):
+                self.store.update_node(c.name, n.name, phase=Phase.FAILED, retry_at=self.clock() + 30, message=message)

@@ -26,6 +26,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from lab.capacity import short_of
+from lab.engine.states import Kind, Phase, Status
 from lab.providers.base import DISK_FULL
 from lab.store.db import ClusterRow, GroupRow, NodeRow
 
@@ -40,8 +41,8 @@ MOVE_DETACH, MOVE_ATTACH = "detach", "attach"
 # replaced with the new box (pending = replace).
 UPDATE_DRAIN = "update"
 
-PENDING = {"planned", "launching", "booted", "configuring", "configured", "joining", "rebooting"}
-VM_UP_PHASES = {"booted", "configuring", "configured", "joining", "running"}
+PENDING = {Phase.PLANNED, Phase.LAUNCHING, Phase.BOOTED, Phase.CONFIGURING, Phase.CONFIGURED, Phase.JOINING, Phase.REBOOTING}
+VM_UP_PHASES = {Phase.BOOTED, Phase.CONFIGURING, Phase.CONFIGURED, Phase.JOINING, Phase.RUNNING}
 LEGACY_ATTEMPTS = 3
 # retry_at of a node whose launch failed permanently (lab.providers.base.LaunchError, transient=False):
 # it stays Failure until BatchReplaceClusterNodes / BatchRebootClusterNodes / BatchDeleteClusterNodes;
@@ -55,7 +56,7 @@ NO_RETRY = -1.0
 # JOIN_COMING_PHASES.
 JOIN_QUIET_S = 10.0
 JOIN_MAX_WAIT_S = 30.0
-JOIN_COMING_PHASES = frozenset({"booted", "configuring"})
+JOIN_COMING_PHASES = frozenset({Phase.BOOTED, Phase.CONFIGURING})
 
 # Boot slots: at most `boot_slots` VMs of a cluster boot at once (phase `launching`), the rest wait
 # for a slot in this order: the controller (it gates everything), login nodes (they gate
@@ -65,26 +66,25 @@ LAUNCH_PRIORITY = {"Controller": 0, "Login": 1, "Compute": 2}
 
 
 def node_status(phase: str, pending: str | None = None) -> str:
-    if phase == "running" and pending in HEALTH_MARKS:
+    if phase == Phase.RUNNING and pending in HEALTH_MARKS:
         return "DeepHealthCheckInProgress"
-    if pending == MOVE_DETACH and phase == "running":
+    if pending == MOVE_DETACH and phase == Phase.RUNNING:
         return "DetachInProgress"
-    if pending == UPDATE_DRAIN and phase == "running":
+    if pending == UPDATE_DRAIN and phase == Phase.RUNNING:
         return "SystemUpdating"
-    if pending == MOVE_ATTACH and phase not in ("failed", "lost"):
+    if pending == MOVE_ATTACH and phase not in (Phase.FAILED, Phase.LOST):
         return "AttachInProgress"
     if phase in PENDING:
         return "Pending"
-    return {"running": "Running", "failed": "Failure", "lost": "Failure", "removing": "ShuttingDown",
-            "replacing": "ShuttingDown"}.get(phase, "Pending")
+    return {Phase.RUNNING: "Running", Phase.FAILED: "Failure", Phase.LOST: "Failure", Phase.REMOVING: "ShuttingDown",
+            Phase.REPLACING: "ShuttingDown"}.get(phase, "Pending")
 
 
 @dataclass(frozen=True)
 class Action:
-    # create_node | launch | short | configure | join | leave | lost | keep_lost | remove | orphan | reboot
-    # | replace | healthcheck | detach | drop_group | rollback | rollback_cluster | delete_cluster
-    # A join's reason says which rule let it go: resume | alone | quiet | max_wait (see join_wait()).
-    kind: str
+    # lab/engine/states.py Kind. A join's reason says which rule let it go: resume | alone | quiet |
+    # max_wait (see join_wait()).
+    kind: Kind
     node: str | None = None
     group: str | None = None
     ordinal: int | None = None
@@ -116,11 +116,11 @@ def node_recovery(cluster: ClusterRow) -> str:
 
 def failed_for_good(n: NodeRow) -> bool:
     """A permanent failure: the planner does not retry it."""
-    return n.phase == "failed" and n.retry_at == NO_RETRY
+    return n.phase == Phase.FAILED and n.retry_at == NO_RETRY
 
 
 def leaving(n: NodeRow) -> bool:
-    return n.phase == "removing" or n.pending == "delete"
+    return n.phase == Phase.REMOVING or n.pending == "delete"
 
 
 def free_ordinals(members: list[NodeRow], k: int, names: set[str] = frozenset(), prefix: str = "") -> list[int]:
@@ -141,7 +141,7 @@ def join_wait(batch: list[NodeRow], others_coming: bool, now: float,
     in phase configured / joining; `others_coming`: another compute node of the cluster is in
     JOIN_COMING_PHASES. A node with no configured_at (a row older than the column) counts as
     configured long ago."""
-    if any(n.phase == "joining" for n in batch):
+    if any(n.phase == Phase.JOINING for n in batch):
         return 0.0, "resume"  # a join cut short (engine killed): finish it at once
     if not others_coming:
         return 0.0, "alone"  # nobody else will be configured soon: no reason to wait
@@ -156,11 +156,11 @@ def join_wait(batch: list[NodeRow], others_coming: bool, now: float,
 
 
 def group_settled(g: GroupRow, members: list[NodeRow]) -> bool:
-    if g.status == "Deleting":
+    if g.status == Status.DELETING:
         return not members
     return (len(members) == g.target_count  # a health check does not unsettle a group: its nodes stay members
             and not any(leaving(n) or (n.pending and n.pending not in HEALTH_MARKS) for n in members)
-            and all(n.phase == "running" for n in members))
+            and all(n.phase == Phase.RUNNING for n in members))
 
 
 def plan(
@@ -184,16 +184,16 @@ def plan(
     every cluster of a pass never over-commits). `join_quiet_s` / `join_max_wait_s`: the join batching
     window (join_wait()). `boot_slots`: how many VMs may boot at once (LAUNCH_PRIORITY)."""
     p = Plan()
-    if cluster.status == "Deleting":
+    if cluster.status == Status.DELETING:
         if "delete" not in busy:
-            p.actions.append(Action("delete_cluster"))
+            p.actions.append(Action(Kind.DELETE_CLUSTER))
         return p
-    if cluster.status == "Failed":
+    if cluster.status == Status.FAILED:
         return p
-    if cluster.status == "RollingBack" and cluster.in_service_at is None:
+    if cluster.status == Status.ROLLING_BACK and cluster.in_service_at is None:
         # a legacy create that could not finish: everything goes, then Failed
         if "rollback" not in busy:
-            p.actions.append(Action("rollback_cluster"))
+            p.actions.append(Action(Kind.ROLLBACK_CLUSTER))
         return p
 
     continuous = is_continuous(cluster)
@@ -210,17 +210,17 @@ def plan(
     # 0. VMs the provider shows that no record owns: orphans (a record is written before any launch)
     for vm in observed:
         if vm not in names and vm not in busy:
-            p.actions.append(Action("orphan", node=vm))
+            p.actions.append(Action(Kind.ORPHAN, node=vm))
 
     # 1. legacy mode: a group that cannot reach its count within its attempts -> roll back
-    if not continuous and cluster.status in ("Creating", "Updating"):
+    if not continuous and cluster.status in (Status.CREATING, Status.UPDATING):
         for n in nodes:
             g = gmap.get(n.grp)
-            if g is None or g.status == "Deleting" or leaving(n):
+            if g is None or g.status == Status.DELETING or leaving(n):
                 continue
-            if (n.phase == "failed" and n.attempts >= max_attempts) or n.phase == "lost" or failed_for_good(n):
+            if (n.phase == Phase.FAILED and n.attempts >= max_attempts) or n.phase == Phase.LOST or failed_for_good(n):
                 why = n.message or n.phase
-                p.actions = [Action("rollback", node=n.name, group=n.grp,
+                p.actions = [Action(Kind.ROLLBACK, node=n.name, group=n.grp,
                                     reason=f"instance group {n.grp} could not reach {g.target_count} "
                                            f"instance(s) after {n.attempts} attempt(s): {why}")]
                 return p
@@ -230,15 +230,15 @@ def plan(
     for g in groups:
         members = by_group.get(g.name, [])
         active = [n for n in members if not leaving(n)]
-        target = 0 if g.status == "Deleting" else g.target_count
+        target = 0 if g.status == Status.DELETING else g.target_count
         if len(active) < target:
             for o in free_ordinals(members, target - len(active), names, f"{cluster.name}-{g.name}-"):
-                p.actions.append(Action("create_node", group=g.name, ordinal=o))
+                p.actions.append(Action(Kind.CREATE_NODE, group=g.name, ordinal=o))
         elif len(active) > target:
-            for n in sorted(active, key=lambda n: (n.phase == "running", -n.ordinal))[: len(active) - target]:
+            for n in sorted(active, key=lambda n: (n.phase == Phase.RUNNING, -n.ordinal))[: len(active) - target]:
                 surplus.add(n.name)
-        if g.status == "Deleting" and not members:
-            p.actions.append(Action("drop_group", group=g.name))
+        if g.status == Status.DELETING and not members:
+            p.actions.append(Action(Kind.DROP_GROUP, group=g.name))
     # Leaving nodes that joined Slurm leave it first, in one batch (drain, slurm.conf, one reconfigure);
     # then each VM is destroyed. A join and a leave never run at once (both rewrite slurm.conf).
     leave_batch = []
@@ -246,19 +246,19 @@ def plan(
         if n.grp not in gmap and not leaving(n):
             surplus.add(n.name)  # its group is gone
         if (n.name in surplus or leaving(n)) and n.name not in busy:
-            if n.phase == "removing" and n.retry_at > now:
+            if n.phase == Phase.REMOVING and n.retry_at > now:
                 continue  # a remove that failed waits for its retry time
             g = gmap.get(n.grp)
             if n.joined_at is not None and (g is None or g.node_type != "Controller"):
                 leave_batch.append(n.name)
             else:
-                p.actions.append(Action("remove", node=n.name, group=n.grp))
+                p.actions.append(Action(Kind.REMOVE, node=n.name, group=n.grp))
     if leave_batch and "join" not in busy:
-        p.actions.append(Action("leave", batch=tuple(sorted(leave_batch))))
+        p.actions.append(Action(Kind.LEAVE, batch=tuple(sorted(leave_batch))))
 
     controller_groups = {g.name for g in groups if g.node_type == "Controller"}
     controllers = [n for g in controller_groups for n in by_group.get(g, ())]
-    controller_ready = any(n.phase == "running" for n in controllers)
+    controller_ready = any(n.phase == Phase.RUNNING for n in controllers)
     # Its VM exists (any state): the box volume it was created from is complete, so other `vagrant up`s
     # no longer race the first upload of the box into a fresh storage pool.
     controller_defined = controller_ready or any(n.name in observed for n in controllers)
@@ -266,9 +266,9 @@ def plan(
     def launch_or_short(n: NodeRow, t: str) -> Action:
         why = short_of(t, limits, used)
         if why:
-            return Action("short", node=n.name, group=n.grp, reason=why)
+            return Action(Kind.SHORT, node=n.name, group=n.grp, reason=why)
         used[t] += 1
-        return Action("launch", node=n.name, group=n.grp)
+        return Action(Kind.LAUNCH, node=n.name, group=n.grp)
 
     # 3. per node, the next step. Continuous: the controller first; the others launch once its VM is
     # defined. Legacy: every VM launches at once. Compute nodes configure as soon as they are up (the
@@ -277,7 +277,7 @@ def plan(
     checks: list[str] = []  # running nodes a deep health check waits for (one task per cluster at a time)
     detach: list[str] = []  # running nodes moving to another group or to a new box: out of Slurm first
     others_coming = False  # a compute node on its way to `configured` (for the join window)
-    booting = sum(1 for n in nodes if n.phase == "launching")  # VMs coming up now (boot slots)
+    booting = sum(1 for n in nodes if n.phase == Phase.LAUNCHING)  # VMs coming up now (boot slots)
     to_launch: list[tuple[tuple, NodeRow, GroupRow, bool]] = []  # new launches, placed after the loop
     for n in nodes:
         if n.name in surplus or leaving(n):
@@ -296,85 +296,85 @@ def plan(
         may_launch = is_ctl or not continuous or controller_defined
         may_configure = is_ctl or controller_ready or g.node_type == "Compute"
         state = observed.get(n.name)
-        if n.pending == "replace" or n.phase == "replacing":
-            p.actions.append(Action("replace", node=n.name, group=n.grp))
+        if n.pending == "replace" or n.phase == Phase.REPLACING:
+            p.actions.append(Action(Kind.REPLACE, node=n.name, group=n.grp))
             continue
-        if n.pending == "reboot" or n.phase == "rebooting":
-            p.actions.append(Action("reboot", node=n.name, group=n.grp, reason=state or "missing"))
+        if n.pending == "reboot" or n.phase == Phase.REBOOTING:
+            p.actions.append(Action(Kind.REBOOT, node=n.name, group=n.grp, reason=state or "missing"))
             continue
         if n.phase in VM_UP_PHASES and state != "running":  # a protected group replaces nothing by itself
-            kind = "lost" if recovery == "Automatic" and not g.protected else "keep_lost"
+            kind = Kind.LOST if recovery == "Automatic" and not g.protected else Kind.KEEP_LOST
             p.actions.append(Action(kind, node=n.name, group=n.grp, reason=state or "missing"))
             continue
-        if n.pending in HEALTH_MARKS and n.phase == "running":
+        if n.pending in HEALTH_MARKS and n.phase == Phase.RUNNING:
             checks.append(n.name)
             continue
-        if n.pending in (MOVE_DETACH, UPDATE_DRAIN) and n.phase == "running":
+        if n.pending in (MOVE_DETACH, UPDATE_DRAIN) and n.phase == Phase.RUNNING:
             detach.append(n.name)
             continue
         order = (LAUNCH_PRIORITY.get(g.node_type, 3), n.ordinal, n.name)
-        if n.phase == "planned":
+        if n.phase == Phase.PLANNED:
             if may_launch:
                 to_launch.append((order, n, g, True))
-        elif n.phase == "launching":
+        elif n.phase == Phase.LAUNCHING:
             if may_launch:  # resumed: it already holds its instance
-                p.actions.append(Action("launch", node=n.name, group=n.grp))
+                p.actions.append(Action(Kind.LAUNCH, node=n.name, group=n.grp))
         elif failed_for_good(n):
             continue  # Failure with its reason until someone replaces, reboots or deletes it
-        elif n.phase == "failed" and n.retry_at <= now and not g.protected:
+        elif n.phase == Phase.FAILED and n.retry_at <= now and not g.protected:
             if state == "running" and n.booted_at:
                 if may_configure:
-                    p.actions.append(Action("configure", node=n.name, group=n.grp))
+                    p.actions.append(Action(Kind.CONFIGURE, node=n.name, group=n.grp))
             elif may_launch:
                 # its VM is there (stopped): start it again (it holds its instance); else a new one
                 to_launch.append((order, n, g, not (state is not None and n.booted_at)))
-        elif n.phase in ("booted", "configuring"):
+        elif n.phase in (Phase.BOOTED, Phase.CONFIGURING):
             if may_configure:
-                p.actions.append(Action("configure", node=n.name, group=n.grp))
-        elif n.phase in ("configured", "joining"):
+                p.actions.append(Action(Kind.CONFIGURE, node=n.name, group=n.grp))
+        elif n.phase in (Phase.CONFIGURED, Phase.JOINING):
             if g.node_type == "Compute":
                 batch.append(n)
             elif may_configure:
-                p.actions.append(Action("configure", node=n.name, group=n.grp))
+                p.actions.append(Action(Kind.CONFIGURE, node=n.name, group=n.grp))
     # New launches in priority order, as many as the boot slots allow (a resumed launch holds one)
     free = None if boot_slots is None else max(0, boot_slots - booting)
     for _, n, g, needs_capacity in sorted(to_launch, key=lambda x: x[0]):
         if free is not None and free <= 0:
             p.boot_waiting.append(n.name)
             continue
-        a = launch_or_short(n, g.instance_type) if needs_capacity else Action("launch", node=n.name, group=n.grp)
+        a = launch_or_short(n, g.instance_type) if needs_capacity else Action(Kind.LAUNCH, node=n.name, group=n.grp)
         p.actions.append(a)
-        if a.kind == "launch" and free is not None:
+        if a.kind == Kind.LAUNCH and free is not None:
             free -= 1
     if checks and "healthcheck" not in busy:
-        p.actions.append(Action("healthcheck", batch=tuple(sorted(checks))))
+        p.actions.append(Action(Kind.HEALTHCHECK, batch=tuple(sorted(checks))))
     # Moving nodes leave Slurm in one batch (like a leave, but the VM stays); a join waits for it.
     if detach and "join" not in busy and not leave_batch:
-        p.actions.append(Action("detach", batch=tuple(sorted(detach))))
+        p.actions.append(Action(Kind.DETACH, batch=tuple(sorted(detach))))
     # One join for every configured compute node (one reconfigure), once the controller runs, no other
     # slurm.conf change is in flight, and the batching window lets it go.
     if batch and "join" not in busy and not leave_batch and not detach and controller_ready:
         wait, why = join_wait(batch, others_coming, now, join_quiet_s, join_max_wait_s)
         if wait <= 0:
-            p.actions.append(Action("join", batch=tuple(sorted(n.name for n in batch)), reason=why))
+            p.actions.append(Action(Kind.JOIN, batch=tuple(sorted(n.name for n in batch)), reason=why))
         else:
             p.join_wait = wait
 
     # 4. statuses
     logins = [g.name for g in groups if g.node_type == "Login"]
-    login_ready = not logins or any(n.phase == "running" for g in logins for n in by_group.get(g, ()))
+    login_ready = not logins or any(n.phase == Phase.RUNNING for g in logins for n in by_group.get(g, ()))
     full = True
     for g in groups:
         members = by_group.get(g.name, [])
-        cur = sum(1 for n in members if n.phase == "running")
+        cur = sum(1 for n in members if n.phase == Phase.RUNNING)
         p.current[g.name] = cur
         settled = group_settled(g, members)
         if settled:
             p.settled.add(g.name)
-        if g.status == "Deleting":
+        if g.status == Status.DELETING:
             full = False
             continue
-        if g.status == "Failed":
+        if g.status == Status.FAILED:
             full = False
             continue
         active = [n for n in members if not leaving(n) and n.name not in surplus]
@@ -382,18 +382,18 @@ def plan(
             full = False
         troubled = g.protected or any(n.slurm for n in active)  # lab/engine/recovery.py
         if settled and not troubled:
-            p.group_status[g.name] = "InService"
-        elif troubled or any(n.phase in ("failed", "lost") for n in active):
-            p.group_status[g.name] = "Degraded"
-        elif cluster.status != "Creating" and g.status in ("InService", "Updating", "Degraded"):
-            p.group_status[g.name] = "Updating"
+            p.group_status[g.name] = Status.IN_SERVICE
+        elif troubled or any(n.phase in (Phase.FAILED, Phase.LOST) for n in active):
+            p.group_status[g.name] = Status.DEGRADED
+        elif cluster.status != Status.CREATING and g.status in (Status.IN_SERVICE, Status.UPDATING, Status.DEGRADED):
+            p.group_status[g.name] = Status.UPDATING
         else:
-            p.group_status[g.name] = "Creating"
+            p.group_status[g.name] = Status.CREATING
     p.full_size = full
-    if cluster.status == "Creating":
+    if cluster.status == Status.CREATING:
         if (continuous and controller_ready and login_ready) or (not continuous and full):
-            p.cluster_status = "InService"
-    elif cluster.status in ("Updating", "RollingBack") and full and all(
+            p.cluster_status = Status.IN_SERVICE
+    elif cluster.status in (Status.UPDATING, Status.ROLLING_BACK) and full and all(
             g.name in p.settled for g in groups):
-        p.cluster_status = "InService"
+        p.cluster_status = Status.IN_SERVICE
     return p

@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lab.configure.sinfo import SlurmNode
+from lab.engine.states import Phase
 
 
 SLURM_PERIOD_S = 15.0  # how often the engine asks slurmctld (one sinfo: ~1 s of an emulated controller)
@@ -56,7 +57,7 @@ def assess(nodes, groups, view: dict[str, SlurmNode], taken_at: float, now: floa
     for n in nodes:
         g = gmap.get(n.grp)
         sn = view.get(n.name)
-        if (g is None or g.node_type != "Compute" or sn is None or n.phase != "running" or n.pending
+        if (g is None or g.node_type != "Compute" or sn is None or n.phase != Phase.RUNNING or n.pending
                 or n.joined_at is None or n.joined_at > taken_at or n.name in busy):
             continue  # not in Slurm yet, or Slurm's answer is older than the node's join
         asked = sn.action()  # drained, failed or down by a user with an Action: reason

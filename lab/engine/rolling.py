@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from lab.engine.plan import HEALTH_ASKED, HEALTH_CHECKING, UPDATE_DRAIN, failed_for_good, leaving
 from lab.engine.bookkeeping import Records
+from lab.engine.states import Phase, Status
 from lab.store.db import ClusterRow, GroupRow, NodeRow
 
 UPDATE = "UpdateClusterSoftware"
@@ -68,7 +69,7 @@ class Rollout:
         if not any(o.kind == UPDATE for o in self.rec.ops.get(c.name) or ()):  # this pass's InProgress operations
             return
         op = self.op(c.name)  # read again: the health-check task may have written its details
-        if op is None or c.status == "Deleting":
+        if op is None or c.status == Status.DELETING:
             return
         d, now, name = dict(op.details), self.clock(), c.name
         by = {n.name: n for n in nodes}
@@ -79,7 +80,7 @@ class Rollout:
             if stuck:  # a launch that cannot succeed (the box is gone?): no rollback possible, stop here
                 self._software_done(c, op.id, "Failed", f"{', '.join(stuck)} could not be replaced: {by[stuck[0]].message}")
                 return
-            if not all(by[x].phase == "running" and not by[x].pending and by[x].image == targets.get(x) for x in batch):
+            if not all(by[x].phase == Phase.RUNNING and not by[x].pending and by[x].image == targets.get(x) for x in batch):
                 return  # drained, replaced, launched, configured, joined: not yet
             if not d.get("RollingBack") and not d.get("Checked"):
                 d["Checks"], d["Checked"] = {x: ["InstanceStress"] for x in batch}, True
@@ -115,7 +116,7 @@ class Rollout:
             return
         if now < (d.get("DoneAt") or 0) + (d.get("Wait") or 0):
             return  # WaitIntervalInSeconds after the last batch
-        ready = [n for n in todo or last if n.phase == "running" and not n.pending]
+        ready = [n for n in todo or last if n.phase == Phase.RUNNING and not n.pending]
         if not ready:
             return  # the nodes left to update are busy (a reboot, a failure): wait for them
         take = ready[: (d["BatchSize"] if d.get("Batches") and todo else 1)]
@@ -144,7 +145,7 @@ class Rollout:
 
     def _software_done(self, c: ClusterRow, op_id: str, status: str, message: str) -> None:
         self.store.finish_operation(op_id, status, message, when=self.clock())
-        self.store.update_cluster(c.name, status="InService")
+        self.store.update_cluster(c.name, status=Status.IN_SERVICE)
         level = "Info" if status == "Completed" else "Error"
         self.store.add_event(c.name, "Cluster", level, f"UpdateClusterSoftware {status.lower()}"
                              + (f": {message}" if message else "") + f"; cluster {c.name} is InService", operation_id=op_id)

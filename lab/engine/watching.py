@@ -24,6 +24,7 @@ from lab.engine.actions import Steps
 from lab.engine.backends import Backends
 from lab.engine.bookkeeping import Records
 from lab.engine.plan import Action, node_recovery
+from lab.engine.states import Kind, Phase, Status
 from lab.engine.tasks import Tasks
 from lab.store.db import ClusterRow
 
@@ -31,7 +32,7 @@ log = logging.getLogger(__name__)
 
 HEARTBEAT_S = 5.0
 ENGINE_STALE_S = 60.0  # no heartbeat this long: DescribeCluster says the engine is not running
-WATCHED = ("InService", "Updating")  # the cluster statuses whose Slurm the engine reads
+WATCHED = (Status.IN_SERVICE, Status.UPDATING)  # the cluster statuses whose Slurm the engine reads
 
 
 class SlurmWatch:
@@ -65,7 +66,7 @@ class SlurmWatch:
         if c.status not in WATCHED or "slurm" in busy:
             return
         types = {g.name: g.node_type for g in groups}
-        if not any(types.get(n.grp) == "Controller" and n.phase == "running" and not n.pending for n in nodes):
+        if not any(types.get(n.grp) == "Controller" and n.phase == Phase.RUNNING and not n.pending for n in nodes):
             return  # no controller to ask (being replaced, rebooted, not up yet)
         if not any(types.get(n.grp) == "Compute" and n.joined_at for n in nodes) and c.slurm_problem is None:
             return  # nothing in Slurm to watch yet
@@ -130,7 +131,7 @@ class SlurmWatch:
                                    message=f"{n.slurm}: restarting slurmd")
             self.store.add_event(name, "Instance", "Warning", f"{d.node}: {d.text}: restarting slurmd",
                                  grp=d.group, node=d.node)
-            self.tasks.start(name, d.node, self.steps.run(name, Action("repair", node=d.node, group=d.group)))
+            self.tasks.start(name, d.node, self.steps.run(name, Action(Kind.REPAIR, node=d.node, group=d.group)))
         elif d.kind in ("reboot", "replace"):
             self.store.update_node(name, d.node, pending=d.kind, repairs=n.repairs + (not d.by_user), slurm_since=now,
                                    message=f"{d.kind} ({d.text})"[:500])

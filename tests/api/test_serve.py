@@ -67,4 +67,4 @@ def test_serve_refuses_bad_options(lab_home, tmp_path):
     assert p.returncode != 0 and "ml.c5.larg" in err
     p = subprocess.run([sys.executable, "-m", "lab", "serve", "--provider", "aws", "--state-dir", str(lab_home)],
                        capture_output=True, text=True, timeout=60)
-    assert p.returncode == 2 and "--provider aws: unknown" in p.stderr
+    assert p.returncode == 2 and "--provider: unknown provider 'aws'" in p.stderr and "sim (simulated VMs" in p.stderr

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from lab import capacity
-from lab.control import commands
+from lab.control import batches
 from lab.control.checkpoints import RESTORE, request
 from lab.errors import Conflict, UsageError
 from tests.simlab import SimLab, spec_text
@@ -49,9 +49,9 @@ def test_restore_brings_back_the_nodes_and_the_engine_carries_on(tmp_path, lab_h
         assert op.status == "Completed" and "checkpoint step-1 taken" in op.message, op.message
         assert [c["tag"] for c in lab.prov.checkpoints("demo")] == ["step-1"]
         # break it: one compute node deleted, the other group grown
-        commands.delete_nodes(lab.st, "demo", ["demo-compute-2"])
+        batches.delete_nodes(lab.st, "demo", ["demo-compute-2"])
         await lab.run_until(lambda: lab.full() and "demo-compute-2" not in lab.vms(), max_ticks=300)
-        commands.add_nodes(lab.st, "demo", [{"InstanceGroupName": "login", "IncrementTargetCountBy": 1}])
+        batches.add_nodes(lab.st, "demo", [{"InstanceGroupName": "login", "IncrementTargetCountBy": 1}])
         await lab.run_until(lambda: lab.full() and "demo-login-2" in lab.vms(), max_ticks=300)
         events_before = len(lab.st.events("demo"))
         _ask(lab, "step-1", RESTORE)

@@ -18,7 +18,8 @@ from lab.configure.runner import PlaybookFailed, PlaybookResult
 from lab.configure.sim import SimConfigurer
 from lab.engine.plan import NO_RETRY
 from lab.providers import vagrant
-from lab.providers.base import ENGINE_METHODS, LaunchError, MachineSpec, Provider
+from lab.providers import registry
+from lab.providers.base import ENGINE_METHODS, Checkpoints, LaunchError, MachineSpec, Placement, Provider
 from lab.providers.sim import SimProvider
 from lab.providers.vagrant import VagrantProvider
 from lab.spec.problems import SpecInvalid
@@ -28,16 +29,45 @@ from tests.simlab import SimLab, spec_text
 LAB = Path(__file__).resolve().parents[2] / "lab"
 
 
-@pytest.mark.parametrize("cls", [SimProvider, VagrantProvider, FakeProvider])
-def test_every_provider_implements_the_whole_contract(cls):
+# the optional interfaces each provider takes on (the engine detects them with isinstance)
+INTERFACES = {SimProvider: {Checkpoints}, VagrantProvider: {Checkpoints, Placement}, FakeProvider: {Checkpoints}}
+
+
+@pytest.mark.parametrize("cls", list(INTERFACES))
+def test_every_provider_implements_the_core_and_the_interfaces_it_takes_on(cls):
     assert issubclass(cls, Provider) and not inspect.isabstract(cls)
-    for m in Provider.__abstractmethods__:
-        assert getattr(cls, m) is not getattr(Provider, m), f"{cls.__name__} does not define {m}"
-    for m in ENGINE_METHODS:
-        assert hasattr(cls, m)
-        if m != "allocate":
-            assert inspect.iscoroutinefunction(getattr(cls, m)), m
+    assert {i for i in (Checkpoints, Placement) if issubclass(cls, i)} == INTERFACES[cls]
+    for iface in {Provider} | INTERFACES[cls]:
+        for m in iface.__abstractmethods__:
+            assert getattr(cls, m) is not getattr(iface, m), f"{cls.__name__} does not define {m}"
+    for m in ENGINE_METHODS[1:]:
+        assert inspect.iscoroutinefunction(getattr(cls, m)), m
     assert isinstance(cls.name, str) and cls.id_prefix.startswith("i-")
+    assert cls is FakeProvider or registry.info(cls.name).name == cls.name  # the registry knows it
+
+
+def _engine_provider_calls() -> set[str]:
+    """The methods lab/engine calls on a provider object (`prov.m(...)`, `provider_for(c).m(...)`,
+    or passed to in_thread as `prov.m`)."""
+    called = set()
+    for f in (LAB / "engine").glob("*.py"):
+        for node in ast.walk(ast.parse(f.read_text())):
+            if not isinstance(node, ast.Attribute):
+                continue
+            v = node.value
+            if (isinstance(v, ast.Name) and v.id == "prov") or (
+                    isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr == "provider_for"):
+                called.add(node.attr)
+    return called
+
+
+def test_the_engine_calls_only_what_the_contract_has():
+    """Every provider method the engine calls is in Provider or an optional interface: nothing a
+    provider might lack (the engine never probes with getattr)."""
+    contract = {m for i in (Provider, Checkpoints, Placement) for m in dir(i) if not m.startswith("_")}
+    called = _engine_provider_calls()
+    assert {"observe_async", "ensure_async", "place", "rehome", "checkpoint_async"} <= called  # the scan sees them
+    assert called <= contract, called - contract
 
 
 @pytest.mark.parametrize("cls", [SimConfigurer, AnsibleConfigurer, FakeConfigurer])

@@ -15,14 +15,6 @@ REPO = Path(settings.__file__).resolve().parent.parent
 LAB = REPO / "lab"
 NAME = re.compile(r"SLURMLAB_[A-Z0-9_]+")
 
-# Modules that still name SLURMLAB_* variables themselves: the engine's, converted by its engineer
-# (issue 27). Empty this list as each is converted; the test fails on an entry that no longer needs it.
-NOT_YET_CONVERTED = {
-    "lab/engine/daemon.py",  # LEGACY_ATTEMPTS, BOOT_SLOTS
-    "lab/engine/hostloss.py",  # HOST_LOST_S
-}
-
-
 def direct_names(path: Path) -> list[tuple[int, str]]:
     """The string literals of `path` that are exactly a SLURMLAB_* name: `os.environ["X"]`,
     `os.environ.get("X")`, `os.getenv("X")`, `monkeypatch.setenv("X")`, `ENV = "X"`... (a mention
@@ -55,10 +47,7 @@ def test_the_checker_sees_reads_writes_and_indirections_but_not_prose(tmp_path):
 
 def test_lab_reads_slurmlab_variables_only_through_settings():
     found = offenders()
-    direct = {k: v for k, v in found.items() if k not in NOT_YET_CONVERTED}
-    assert direct == {}, f"read these through lab.settings (settings.X.get(), settings.X.name): {direct}"
-    converted = NOT_YET_CONVERTED - set(found)
-    assert not converted, f"converted: remove them from NOT_YET_CONVERTED in {__file__}: {sorted(converted)}"
+    assert found == {}, f"read these through lab.settings (settings.X.get(), settings.X.name): {found}"
 
 
 def test_every_name_the_project_uses_is_in_the_table():
