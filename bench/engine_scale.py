@@ -92,7 +92,7 @@ async def drive(eng: Engine, clock: VirtualClock, st: Store, done, max_passes: i
         for _ in range(SETTLE):
             await asyncio.sleep(0)
         nxt = clock.next_wake()
-        target = clock.t + eng.tick
+        target = clock.t + eng.tuning.tick
         if nxt is not None:
             target = min(target, nxt)
         elif not any(not t.done() for t in eng.tasks.values()):
@@ -123,7 +123,7 @@ async def run(n: int, workdir: Path) -> dict:
     st = Store(workdir / f"state-{n}.db")
     prov = SimProvider(1.0, clock=clock, sleep=clock.sleep)
     conf = CountingConfigurer(clock, configure_time=0.5, join_time=0.3, leave_time=0.2)
-    eng = Engine(st, prov, conf, clock=clock, tick=1.0, seed=SEED)
+    eng = Engine(st, prov, conf, clock=clock, seed=SEED)
     st.set_faults(SEED, FAILURE_RATE)
     spec = spec_from_request(request(n), max_nodes_per_group=64, check_files=False)
 

@@ -16,7 +16,7 @@ import asyncio
 
 from lab.configure.sim import SimConfigurer
 from lab.control import clusters
-from lab.engine.engine import Engine
+from lab.engine.engine import Engine, Tuning
 from lab.providers.sim import SimProvider, VirtualClock
 from lab.spec import loads_spec
 from lab.store.db import Store
@@ -71,8 +71,8 @@ class SimLab:
 
     def new_engine(self) -> Engine:
         self.engines += 1
-        return Engine(self.st, self.prov, self.conf, clock=self.clock, tick=1.0, seed=self.seed + self.engines,
-                      max_attempts=self.max_attempts)
+        return Engine(self.st, self.prov, self.conf, clock=self.clock, seed=self.seed + self.engines,
+                      tuning=Tuning(max_attempts=self.max_attempts))
 
     # ------------------------------------------------------------------ records
     def create(self, text: str = SPEC, **kw):
@@ -114,7 +114,7 @@ class SimLab:
         await self.eng.step()
         await self.settle()
         nxt = self.clock.next_wake()
-        target = self.clock.t + self.eng.tick
+        target = self.clock.t + self.eng.tuning.tick
         if nxt is not None:
             target = min(target, nxt)
         elif not any(not t.done() for t in self.eng.tasks.values()):

@@ -102,11 +102,11 @@ def make_configurer(name: str):
 
 def make_engine(st: Store):
     """The daemon's engine: each cluster built by its own provider, made on first use."""
-    from lab.engine.engine import Engine
+    from lab.engine.engine import Engine, Tuning
 
     return Engine(st, provider_factory=make_provider, configurer_factory=make_configurer,
-                  max_attempts=settings.LEGACY_ATTEMPTS.get(),
-                  boot_slots=boot_slots())
+                  tuning=Tuning(max_attempts=settings.LEGACY_ATTEMPTS.get(), boot_slots=boot_slots(),
+                                host_lost_s=settings.HOST_LOST_S.get()))
 
 
 def boot_slots() -> dict[str, int]:
@@ -161,7 +161,7 @@ async def serve_forever(idle_exit: float = 5.0) -> None:
         else:
             idle_since = None
         try:
-            await asyncio.wait_for(stop_ev.wait(), timeout=engine.tick)
+            await asyncio.wait_for(stop_ev.wait(), timeout=engine.tuning.tick)
         except asyncio.TimeoutError:
             pass
     await engine.drain()

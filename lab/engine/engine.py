@@ -28,6 +28,7 @@ import random
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from lab import capacity
 from lab.configure.base import Configurer
@@ -64,41 +65,49 @@ def _task_key(a: Action) -> str:
     return a.node or a.kind
 
 
+@dataclass
+class Tuning:
+    """Every knob of the engine, with its default, in one place (the daemon's come from lab.settings:
+    lab/engine/daemon.py make_engine)."""
+
+    tick: float = 1.0  # seconds between passes
+    max_attempts: int = LEGACY_ATTEMPTS  # legacy mode: a node's attempts before its group rolls back
+    backoff_base: float = BACKOFF_BASE  # a failed step's retry: base * 2^(attempts-1), jittered, at most max
+    backoff_max: float = BACKOFF_MAX
+    join_quiet_s: float = JOIN_QUIET_S  # the join batching window (plan.join_wait)
+    join_max_wait_s: float = JOIN_MAX_WAIT_S
+    # per provider name: VMs of a cluster booting at once (plan.LAUNCH_PRIORITY); absent: no limit
+    boot_slots: dict[str, int] = field(default_factory=dict)
+    host_lost_s: float = HOST_LOST_S  # a cluster's host silent this long is given up (hostloss.py)
+    slurm_period_s: float = recovery.SLURM_PERIOD_S  # how often Slurm's view is read (watching.py)
+    recover_after_s: float = recovery.RECOVER_AFTER_S  # a node down this long gets the next recovery step
+    protect_after: int = recovery.PROTECT_AFTER  # a group's failures in a row before it is protected
+
+
 class Engine:
     """`Engine(store, provider, configurer)` builds every cluster with that pair (the tests' form);
-    `providers`, `configurers` and the factories: lab/engine/backends.py."""
+    `providers`, `configurers` and the factories: lab/engine/backends.py. `tuning`: the knobs."""
 
     def __init__(self, store: Store, provider: Provider | None = None, configurer: Configurer | None = None, *,
-                 clock: Callable[[], float] = time.time, tick: float = 1.0, seed: int | None = None,
+                 clock: Callable[[], float] = time.time, seed: int | None = None, tuning: Tuning | None = None,
                  providers: dict[str, Provider] | None = None, configurers: dict[str, Configurer] | None = None,
                  provider_factory: Callable[[str], Provider] | None = None,
-                 configurer_factory: Callable[[str], Configurer] | None = None,
-                 max_attempts: int = LEGACY_ATTEMPTS,
-                 backoff_base: float = BACKOFF_BASE, backoff_max: float = BACKOFF_MAX,
-                 join_quiet_s: float = JOIN_QUIET_S, join_max_wait_s: float = JOIN_MAX_WAIT_S,
-                 boot_slots: dict[str, int] | None = None, host_lost_s: float = HOST_LOST_S,
-                 slurm_period_s: float = recovery.SLURM_PERIOD_S, recover_after_s: float = recovery.RECOVER_AFTER_S,
-                 protect_after: int = recovery.PROTECT_AFTER):
+                 configurer_factory: Callable[[str], Configurer] | None = None):
         self.store = store
         self.clock = clock
-        self.tick = tick
-        self.max_attempts = max_attempts
-        self.join_quiet_s = join_quiet_s
-        self.join_max_wait_s = join_max_wait_s
-        # per provider name: VMs of a cluster booting at once (plan.LAUNCH_PRIORITY); absent: no limit
-        self.boot_slots = dict(boot_slots or {})
+        self.tuning = t = tuning or Tuning()
         self.io = Backends(store, provider, configurer, providers=providers, configurers=configurers,
                            provider_factory=provider_factory, configurer_factory=configurer_factory)
-        self.rec = Records(store, clock, random.Random(seed), backoff_base=backoff_base, backoff_max=backoff_max,
-                           protect_after=protect_after)
+        self.rec = Records(store, clock, random.Random(seed), backoff_base=t.backoff_base, backoff_max=t.backoff_max,
+                           protect_after=t.protect_after)
         self.work = Tasks()
         self.rollout = Rollout(self.rec)
         self.steps = Steps(self.rec, self.io, self.work, self.rollout)
         self.checkpoints = CheckpointRunner(self.rec, self.io, self.work)
         self.sight = Sight(store, clock)  # clusters whose VMs the provider cannot show (lab/engine/sight.py)
-        self.hostloss = HostLoss(self.rec, self.sight, self.work, host_lost_s)
-        self.watch = SlurmWatch(self.rec, self.io, self.work, self.steps, slurm_period_s=slurm_period_s,
-                                recover_after_s=recover_after_s)
+        self.hostloss = HostLoss(self.rec, self.sight, self.work, t.host_lost_s)
+        self.watch = SlurmWatch(self.rec, self.io, self.work, self.steps, slurm_period_s=t.slurm_period_s,
+                                recover_after_s=t.recover_after_s)
         self._unusable: set[str] = set()
         self._last_error: dict[str, str] = {}
 
@@ -110,14 +119,6 @@ class Engine:
     @property
     def stats(self) -> Counter:
         return self.steps.stats
-
-    @property
-    def host_lost_s(self) -> float:
-        return self.hostloss.host_lost_s
-
-    @host_lost_s.setter
-    def host_lost_s(self, value: float) -> None:
-        self.hostloss.host_lost_s = value
 
     def capacity_released(self, *instance_types: str | None) -> None:
         self.rec.capacity_released(*instance_types)
@@ -195,16 +196,16 @@ class Engine:
             observed = {k: v.state for k, v in seen.items()}
             rec.fill_addresses(c, prov, nodes)
         now = self.clock()
+        t = self.tuning
         p = planner.plan(c, groups, nodes, observed, busy, now, limits=limits, used=used,
-                         max_attempts=self.max_attempts, join_quiet_s=self.join_quiet_s,
-                         join_max_wait_s=self.join_max_wait_s,
-                         boot_slots=self.boot_slots.get(c.provider))
+                         max_attempts=t.max_attempts, join_quiet_s=t.join_quiet_s, join_max_wait_s=t.join_max_wait_s,
+                         boot_slots=t.boot_slots.get(c.provider))
         rec.statuses(c, groups, nodes, p)
         self.watch.watch(c, groups, nodes, busy)  # Slurm's view: marks, recovery (lab/engine/watching.py)
         self.rollout.step(c, gmap, nodes)
         rec.disk_marks(name, nodes, seen, p)
         if p.boot_waiting:
-            msg = f"waiting for a boot slot ({self.boot_slots.get(c.provider)} VMs boot at once on this host)"
+            msg = f"waiting for a boot slot ({t.boot_slots.get(c.provider)} VMs boot at once on this host)"
             by_name = {n.name: n for n in nodes}
             for waiting in p.boot_waiting:
                 if by_name[waiting].message != msg:
@@ -252,7 +253,7 @@ class Engine:
                 break
             if timeout and time.monotonic() - t0 > timeout:
                 raise TimeoutError("engine did not reach the condition in time")
-            await asyncio.sleep(self.tick)
+            await asyncio.sleep(self.tuning.tick)
 
     async def drain(self) -> None:
         """Cancel in-flight work (engine shutdown); the store keeps enough to resume."""

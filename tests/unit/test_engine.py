@@ -4,7 +4,7 @@ import time
 import pytest
 
 from lab.engine.bookkeeping import backoff
-from lab.engine.engine import Engine
+from lab.engine.engine import Engine, Tuning
 from lab.store.db import ClusterRow, GroupRow, Store
 from tests.fakes import FakeConfigurer, FakeProvider
 
@@ -29,7 +29,7 @@ def _cluster(st: Store, name="demo", computes=2, logins=1):
 def env(tmp_path):
     st = Store(tmp_path / "state.db")
     prov, conf, clock = FakeProvider(), FakeConfigurer(), Clock()
-    eng = Engine(st, prov, conf, clock=clock, tick=0, seed=1)
+    eng = Engine(st, prov, conf, clock=clock, seed=1, tuning=Tuning(tick=0))
     return st, prov, conf, clock, eng
 
 

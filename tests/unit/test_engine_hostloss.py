@@ -67,7 +67,7 @@ def _statuses(lab):
 def test_a_lost_host_is_stale_first_then_its_nodes_fail_and_are_rebuilt_elsewhere(tmp_path):
     async def go():
         lab = SimLab(tmp_path)
-        lab.eng.host_lost_s = 60
+        lab.eng.hostloss.host_lost_s = 60
         await _ready(lab)
         h = Hosts(lab)
         ids_before = set(_statuses(lab))
@@ -97,7 +97,7 @@ def test_a_lost_host_is_stale_first_then_its_nodes_fail_and_are_rebuilt_elsewher
 def test_with_no_room_elsewhere_the_nodes_fail_and_come_back_with_their_host(tmp_path):
     async def go():
         lab = SimLab(tmp_path)
-        lab.eng.host_lost_s = 10
+        lab.eng.hostloss.host_lost_s = 10
         await _ready(lab)
         h = Hosts(lab, spare=None)
         ids_before = set(_statuses(lab))
@@ -116,7 +116,7 @@ def test_with_no_room_elsewhere_the_nodes_fail_and_come_back_with_their_host(tmp
 def test_the_local_host_is_never_given_up(tmp_path):
     async def go():
         lab = SimLab(tmp_path)
-        lab.eng.host_lost_s = 5
+        lab.eng.hostloss.host_lost_s = 5
         await _ready(lab)
         h = Hosts(lab, host="local")
         h.down = True
@@ -131,7 +131,7 @@ def test_the_local_host_is_never_given_up(tmp_path):
 def test_with_node_recovery_none_the_nodes_fail_and_the_cluster_stays(tmp_path):
     async def go():
         lab = SimLab(tmp_path)
-        lab.eng.host_lost_s = 5
+        lab.eng.hostloss.host_lost_s = 5
         lab.create(spec_text(computes=2, recovery="None"))
         await lab.run_until(lambda: lab.full())
         h = Hosts(lab)

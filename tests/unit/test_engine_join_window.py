@@ -111,7 +111,7 @@ def test_boot_slots_bring_the_whole_cluster_up_in_priority_order(tmp_path):
     async def go():
         lab = SimLab(tmp_path)
         lab.eng = lab.new_engine()
-        lab.eng.boot_slots = {"sim": 2}
+        lab.eng.tuning.boot_slots = {"sim": 2}
         lab.create(spec_text(computes=3, logins=1))
         await lab.run_until(lambda: lab.full())
         assert set(lab.phases().values()) == {"running"}
