@@ -62,12 +62,6 @@ def package(mod: str) -> str:
     return ".".join(mod.split(".")[:2])
 
 
-# Imports that still close a package cycle, each with the edit (in files being rewritten by others,
-# issue 27) that removes it. The package check ignores them; tests/unit/test_layout.py fails on an
-# entry that no longer exists, so that the list only shrinks. Empty it.
-PENDING: dict[tuple[str, str], str] = {}
-
-
 def package_graph(edges: dict[str, set[str]], ignore=()) -> dict[str, set[str]]:
     """The packages and the packages each imports (from `edges`, less the module edges `ignore`)."""
     skip = set(ignore)
@@ -140,13 +134,11 @@ def main() -> int:
         print("cycle: " + ", ".join(comp))
         for m in comp:
             print(f"  {m} -> " + ", ".join(sorted(edges[m] & inside)))
-    pkg_found = package_cycles(edges, PENDING)
+    pkg_found = package_cycles(edges)
     for comp, why in pkg_found:
         print("package cycle: " + ", ".join(comp))
         for line in why:
             print(f"  {line}")
-    for (m, t), fix in PENDING.items():
-        print(f"pending: {m} -> {t} (ignored until: {fix})")
     n = sum(len(v) for v in edges.values())
     print(f"{len(edges)} modules, {n} imports, {len(found)} cycle(s); "
           f"{len(package_graph(edges))} packages, {len(pkg_found)} package cycle(s)")

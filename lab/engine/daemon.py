@@ -87,10 +87,11 @@ def make_provider(name: str):
 
 
 def make_configurer(name: str):
-    """What configures the nodes of provider `name`'s clusters: Ansible, or the sim's stand-in."""
+    """What configures the nodes of provider `name`'s clusters: Ansible, or for a simulated provider
+    the simulated configurer."""
     from lab.providers import registry
 
-    if registry.info(name).configured_by == "sim":
+    if registry.info(name).simulated:
         from lab.configure.sim import SimConfigurer
 
         return SimConfigurer()

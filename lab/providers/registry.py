@@ -18,13 +18,14 @@ from lab.providers.base import Provider
 class ProviderInfo:
     name: str
     what: str  # one line for --provider's help and errors
-    simulated: bool  # its nodes are records: nothing to ssh into, no Slurm inside; labelled simulated
-    configured_by: str  # "ansible" (lab/configure/ansible.py) | "sim" (lab/configure/sim.py)
+    # its nodes are records: nothing to ssh into, no Slurm inside; labelled simulated; configured by the
+    # simulated configurer (lab/configure/sim.py), the others by Ansible (lab/configure/ansible.py)
+    simulated: bool
 
 
 INFOS = {
-    "vagrant": ProviderInfo("vagrant", "real VMs", simulated=False, configured_by="ansible"),
-    "sim": ProviderInfo("sim", "simulated VMs, no Slurm inside", simulated=True, configured_by="sim"),
+    "vagrant": ProviderInfo("vagrant", "real VMs", simulated=False),
+    "sim": ProviderInfo("sim", "simulated VMs, no Slurm inside", simulated=True),
 }
 DEFAULT = "vagrant"
 

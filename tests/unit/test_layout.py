@@ -3,6 +3,7 @@ no module over 400 lines."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from lab import importgraph
@@ -45,16 +46,17 @@ def test_package_cycles_are_found_with_the_imports_that_make_them():
 
 
 def test_lab_has_no_package_cycle():
-    found = importgraph.package_cycles(importgraph.graph(), importgraph.PENDING)
+    found = importgraph.package_cycles(importgraph.graph())
     assert found == [], f"package cycles in lab/ (python -m lab.importgraph): {found}"
 
 
-def test_every_pending_import_still_exists():
-    """importgraph.PENDING lists imports that close a package cycle until others' edits remove them
-    (issue 27); one that is gone must leave the list too."""
-    edges = importgraph.graph()
-    gone = [pair for pair in importgraph.PENDING if pair[1] not in edges.get(pair[0], ())]
-    assert gone == [], f"remove from lab/importgraph.py PENDING: {gone}"
+def test_no_provider_name_is_compared_outside_the_providers():
+    """What a provider can do is asked of lab/providers/registry.py (`info(name)`), never read off
+    its name."""
+    pattern = re.compile(r"""[!=]=\s*["'](sim|vagrant)["']|["'](sim|vagrant)["']\s*[!=]=|in \(["'](sim|vagrant)["']""")
+    found = [f"{p.relative_to(LAB)}:{i}" for p in LAB.rglob("*.py") if p.parent.name != "providers"
+             for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    assert found == [], found
 
 
 def test_no_module_over_400_lines():
