@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 
 from lab import capacity
 from lab.configure.base import Configurer
-from lab.configure.inventory import ClusterContext
 from lab.engine import plan as planner
 from lab.engine import recovery
 from lab.engine.actions import Steps
@@ -122,17 +121,6 @@ class Engine:
 
     def capacity_released(self, *instance_types: str | None) -> None:
         self.rec.capacity_released(*instance_types)
-
-    def context(self, cluster: str) -> ClusterContext | None:
-        return self.io.context(cluster)
-
-    @staticmethod
-    def threads(cluster: str) -> int:
-        """Blocking provider/configurer calls of the cluster still running in threads."""
-        return threads_running(cluster)
-
-    def busy(self, cluster: str) -> set[str]:
-        return self.work.keys(cluster)
 
     # ------------------------------------------------------------------ loop
     async def step(self) -> None:
