@@ -340,3 +340,20 @@ def test_a_failed_reconfigure_is_owed_until_it_succeeds(tmp_path):
     third = run()
     assert third.returncode == 0 and calls.read_text().splitlines()[1:] == ["reconfigure"]
     assert "changed=0" in third.stdout
+
+
+def test_the_roles_shared_attempts_and_node_name_check():
+    """playbooks/filter_plugins and test_plugins: the retries of every wait, and the node-name check."""
+    import importlib.util
+
+    def load(kind):
+        spec = importlib.util.spec_from_file_location(kind, ROOT / "playbooks" / kind / "slurmlab.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+
+    attempts = load("filter_plugins").FilterModule().filters()["slurmlab_attempts"]
+    assert attempts("60", "5") == 12 and attempts(61, 5) == 13 and attempts(1, 5) == 1 and attempts(0, 5) == 1
+    assert attempts(120, 5, 25) == 4  # a try of at most 25 s, then 5 s before the next
+    name = load("test_plugins").TestModule().tests()["a_node_name"]
+    assert name("demo-compute-1") and not name("Demo") and not name("-x") and not name("a" * 64) and not name(3)
