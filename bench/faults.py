@@ -132,8 +132,12 @@ class Lab:
         outside the running engine's process group."""
         from lab.engine import daemon
         from lab.host import libvirtd
+        from lab.providers.base import state_disk_name
 
-        nodes = {n.name for n in self.st.nodes(NAME)} if self.st.cluster(NAME) else set()
+        c = self.st.cluster(NAME)
+        nodes = {n.name for n in self.st.nodes(NAME)} if c else set()
+        # the controller's state disk belongs to the cluster, not to a node (docs/adr/0007)
+        owned = {state_disk_name(NAME, c.created_at)} if c else set()
         out = []
         conn = libvirtd.connect()
         try:
@@ -143,7 +147,8 @@ class Lab:
             pool = conn.storagePoolLookupByName(libvirtd.POOL)
             pool.refresh(0)
             for v in pool.listAllVolumes():
-                if v.name().startswith(f"{NAME}-") and not any(v.name().startswith(n) for n in nodes):
+                if (v.name().startswith(f"{NAME}-") and v.name() not in owned
+                        and not any(v.name().startswith(n) for n in nodes)):
                     out.append(f"volume {v.name()}")
             if not nodes:
                 out += [f"network {n.name()}" for n in conn.listAllNetworks() if NAME in n.name()]
