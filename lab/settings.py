@@ -106,7 +106,7 @@ BOOT_SLOTS = Setting("SLURMLAB_BOOT_SLOTS", None, "how many VMs of a cluster boo
 LEGACY_ATTEMPTS = Setting("SLURMLAB_LEGACY_ATTEMPTS", 3, "attempts of a legacy (non-continuous) create before it "
                           "rolls back", int)
 HOST_LOST_S = Setting("SLURMLAB_HOST_LOST_S", 60.0, "seconds a silent libvirt host is waited for before its nodes "
-                      "fail (read when lab.engine.hostloss is imported)", float)
+                      "fail (read when the engine process starts)", float)
 SIM_BOOT_TIME = Setting("SLURMLAB_SIM_BOOT_TIME", 1.0, "seconds a simulated VM takes to boot (--provider sim)", float)
 REGION = Setting("SLURMLAB_REGION", "us-east-1", "the region in ARNs of clusters created by unsigned requests "
                  "(serve --region wins)")

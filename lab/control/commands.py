@@ -4,10 +4,6 @@ lab/control/batches.py).
 Each writes desired state into the store in one transaction, recorded as an operation that
 DescribeCluster's ActiveOperations shows until the engine sees it done, and, when asked, makes sure
 the engine process runs; the engine does the work.
-
-Node references (`node_ids`) may be instance ids (`InstanceId` of list_nodes: `i-...`)
-or logical ids (`NodeLogicalId`, the node's name); a batch answers each in the
-list its kind belongs to (Successful / SuccessfulNodeLogicalIds, Failed / FailedNodeLogicalIds).
 """
 
 from __future__ import annotations
@@ -99,11 +95,15 @@ def record_targets(st: Store, c: ClusterRow, kind: str, targets: dict[str, int],
 
 
 # ------------------------------------------------------------------------------------ clusters
+def _taken(name: str) -> NameTaken:
+    return NameTaken(f"a cluster named '{name}' already exists",
+                     f"pick another ClusterName, or delete it first: slurmlab delete-cluster {name}")
+
+
 def check_new(st: Store, name: str) -> None:
     """A cluster named `name` may be created now: raises NameTaken or ClusterLimit (both Conflict)."""
     if st.cluster(name):
-        raise NameTaken(f"a cluster named '{name}' already exists",
-                        f"pick another ClusterName, or delete it first: slurmlab delete-cluster {name}")
+        raise _taken(name)
     if len(st.clusters()) >= MAX_CLUSTERS:
         raise ClusterLimit(f"the lab holds at most {MAX_CLUSTERS} clusters", "delete one first")
 
@@ -119,7 +119,7 @@ def create(st: Store, spec, provider: str = registry.DEFAULT, *, start_engine: b
     records a real-VM cluster without a host passes prepare_host=False), then the records. When any
     of them fails nothing is recorded, and a clash or a quota never touches the host. Raises
     UsageError for an unknown provider."""
-    registry.check(provider)
+    info = registry.check(provider)
     stored, groups = _group_rows(spec.name, spec)
     users = (stored.get("Lab") or {}).get("Users")
     if users and "Password" in users:  # it goes to the accounts file (0600), not into the store
@@ -137,8 +137,7 @@ def create(st: Store, spec, provider: str = registry.DEFAULT, *, start_engine: b
         try:
             st.add_cluster(row, groups)
         except sqlite3.IntegrityError:  # the store's own guard of the name
-            raise NameTaken(f"a cluster named '{spec.name}' already exists",
-                            f"pick another ClusterName, or delete it first: slurmlab delete-cluster {spec.name}") from None
+            raise _taken(spec.name) from None
         if spec.users:  # in the transaction: written only for a cluster that is recorded, before the engine sees it
             from lab import users as accounts
 
@@ -147,7 +146,7 @@ def create(st: Store, spec, provider: str = registry.DEFAULT, *, start_engine: b
                      scaling=scaling_of(st, spec.name, {g.name: (0, g.target_count) for g in groups}, None, stored))
         st.add_operation(op)
         st.add_event(spec.name, "Cluster", "Info", f"cluster {spec.name} requested"
-                     + (f" (simulated: provider {provider})" if registry.info(provider).simulated else "") + ": "
+                     + (f" (simulated: provider {provider})" if info.simulated else "") + ": "
                      + ", ".join(f"{g.name} {g.target_count}x {g.instance_type}" for g in groups), operation_id=op.id)
     if start_engine:
         daemon.ensure_running()

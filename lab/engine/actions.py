@@ -232,7 +232,7 @@ class Steps:
             return
         prov = self.io.provider_for(self.rec.snap[cluster][0])
         op = self.rec.op_of(cluster, a.node)
-        await self._take_down(cluster, a.node, "rebooting its VM")  # its jobs end now (_take_down)
+        await self._take_down(cluster, a.node, "rebooting its VM")  # its jobs end now
         self.store.update_node(cluster, a.node, phase=Phase.REBOOTING, pending=None, message="rebooting")
         if a.reason == "missing":  # nothing to reboot: launch it again
             self.store.update_node(cluster, a.node, phase=Phase.PLANNED, booted_at=None, configured_at=None,

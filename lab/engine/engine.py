@@ -26,7 +26,7 @@ import asyncio
 import logging
 import random
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -45,7 +45,7 @@ from lab.engine.sight import Sight
 from lab.engine.states import Kind, Status
 from lab.engine.tasks import Tasks
 from lab.engine.watching import SlurmWatch
-from lab.providers.base import Placement, Provider, threads_running
+from lab.providers.base import Placement, Provider
 from lab.store.db import Store
 
 log = logging.getLogger(__name__)
@@ -132,12 +132,8 @@ class Engine:
         snaps = [self.store.snapshot(c.name) for c in self.store.clusters()]
         snaps = [s for s in snaps if s[0] is not None]
         used = capacity.in_use(snaps)
-        busy: dict[str, set[str]] = defaultdict(set)
-        for (c, key) in self.work.running:
-            busy[c].add(key)
-        for snap in snaps:
-            if threads_running(snap[0].name) > 0:
-                busy[snap[0].name].add("io")
+        # what runs, taken with the snapshots: a task that ends during this pass is still busy for it
+        busy = {s[0].name: self.work.keys(s[0].name) for s in snaps}
         for snap in snaps:
             name = snap[0].name
             try:

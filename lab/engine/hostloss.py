@@ -27,7 +27,7 @@ from lab.store.db import ClusterRow, GroupRow, NodeRow
 
 log = logging.getLogger(__name__)
 
-HOST_LOST_S = settings.HOST_LOST_S.get()
+HOST_LOST_S = settings.HOST_LOST_S.default  # the daemon's engine reads the setting (daemon.make_engine)
 FAILURE_SHOWN_S = 5.0
 
 
@@ -75,8 +75,7 @@ class HostLoss:
             self.store.add_event(c.name, "Instance", "Error", f"{n.name}: Failure: {reason}; a new instance is "
                                  f"launched on host {new} (NodeRecovery Automatic)", grp=n.grp, node=n.name)
         self.store.update_cluster(c.name, host=new)
-        self.rec.forget(c.name)
-        self.rec.dirty.add(c.name)
+        self.rec.forget(c.name)  # the provider layout is written afresh on the new host
         self.store.add_event(c.name, "Cluster", "Error",
                              f"{reason}: cluster {c.name} now lives on host {new}; its nodes are launched again there")
         log.warning("cluster %s: %s; moved to host %s", c.name, reason, new)
