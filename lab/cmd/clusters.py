@@ -206,12 +206,22 @@ def start_cluster_health_check(
 def delete_cluster(
     name: str,
     wait: bool = typer.Option(True, "--wait/--no-wait", help="wait until every VM, volume and network is gone"),
+    leftovers: bool = typer.Option(False, "--leftovers", help="no cluster of this lab has NAME: remove what this "
+                                   "machine still holds under it (a killed run's VMs, network, checkpoints)"),
     output: Output = OutputOpt,
 ) -> None:
     """Delete a cluster: every domain, volume, network and key of it."""
-    from lab.control import clusters
+    from lab.control import clusters, commands
 
     st = store()
+    if leftovers:
+        gone = commands.remove_leftovers(st, name)
+        if output == Output.json:
+            print_json({"ClusterName": name, "Removed": gone})
+        else:
+            out.print("\n".join(f"removed {g}" for g in gone) or f"nothing left under the name {name}",
+                      markup=False, highlight=False)
+        return
     clusters.delete(st, name)
     if wait:
         try:

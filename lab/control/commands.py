@@ -115,7 +115,7 @@ def create(st: Store, spec, provider: str = registry.DEFAULT, *, start_engine: b
     Records a new cluster (status Creating) from a validated ClusterSpec; the engine builds it with
     `provider` (lab/providers/registry.py). In one transaction, in this order: the name and the lab's
     limit (NameTaken, ClusterLimit: both Conflict), the caller's own checks and writes (`admit(spec)`:
-    a student's quota, a capacity file), the provider's host preparation (`preflight`: the box, libvirtd; a test that
+    a student's quota, a capacity file), the provider's host preparation (`preflight`: the box, libvirtd, no leftovers of the name; a test that
     records a real-VM cluster without a host passes prepare_host=False), then the records. When any
     of them fails nothing is recorded, and a clash or a quota never touches the host. Raises
     UsageError for an unknown provider."""
@@ -129,7 +129,7 @@ def create(st: Store, spec, provider: str = registry.DEFAULT, *, start_engine: b
         if admit is not None:
             admit(spec)
         if prepare_host:
-            registry.make(provider).preflight(spec.box)
+            registry.make(provider).preflight(spec.box, spec.name)
         used = {c.net_index for c in st.clusters()}
         net_index = next(i for i in range(1, MAX_CLUSTERS + 1) if i not in used)
         row = ClusterRow(name=spec.name, arn=cluster_arn or arn(spec.name), status="Creating", failure_message=None, spec=stored,
@@ -161,6 +161,16 @@ def delete(st: Store, name: str, start_engine: bool = True) -> None:
             st.add_event(name, "Cluster", "Info", f"cluster {name} is Deleting")
     if start_engine:
         daemon.ensure_running()
+
+
+def remove_leftovers(st: Store, name: str, provider: str = registry.DEFAULT) -> list[str]:
+    """`delete-cluster NAME --leftovers`: what the host holds under a name no cluster of this lab has
+    (lab/providers/leftovers.py), removed; what went. Conflict when the lab has the cluster."""
+    registry.check(provider)
+    if st.cluster(name):
+        raise Conflict(f"cluster {name} is a cluster of this lab: --leftovers is for a name it does not have",
+                       f"slurmlab delete-cluster {name} deletes it with everything it has")
+    return registry.make(provider).leftovers(name, remove=True)
 
 
 def update(st: Store, name: str, request: dict, *, base_dir=None, check_files: bool = True,

@@ -184,10 +184,17 @@ class Provider(ABC):
     id_prefix: str = "i-"
 
     # ---------------------------------------------------------------- blocking methods
-    def preflight(self, box: str | None) -> None:
-        """Make this machine ready for a new cluster made from `box` (None: the default box): the host
-        set-up, the box present. Idempotent; raises a LabError naming what is missing and its fix.
-        Called once per create, before the cluster is recorded. Default: nothing to do."""
+    def preflight(self, box: str | None, cluster: str) -> None:
+        """Make this machine ready for a new cluster `cluster` made from `box` (None: the default box):
+        the host set-up, the box present, nothing left on the host under that name by a cluster this
+        lab does not have (`leftovers`). Idempotent; raises a LabError naming what is wrong and its
+        fix. Called once per create, before the cluster is recorded. Default: nothing to do."""
+
+    def leftovers(self, cluster: str, remove: bool = False) -> list[str]:
+        """What the provider's hosts hold under the name `cluster` (a killed run's VMs, network,
+        checkpoints), for humans; removed first when `remove`. Call it only for a name no cluster of
+        this lab has. Default: nothing."""
+        return []
 
     @abstractmethod
     def allocate(self, cluster: str, name: str, used: set[str], preferred_index: int = 0) -> tuple[str, str]:

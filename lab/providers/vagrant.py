@@ -18,7 +18,7 @@ from pathlib import Path
 from lab import secrets
 from lab.errors import LabError
 from lab.host import kvm, libvirtd, registry
-from lab.providers import checkpoint, disk, fork, network, placement, priority, state_disk, templates
+from lab.providers import checkpoint, disk, fork, leftovers, network, placement, priority, state_disk, templates
 from lab.providers.base import (DISK_FULL, Checkpoints, ClusterNet, LaunchError, MachineSpec, Observed, Placement, Provider,
                                 ProviderUnreachable, mac_for)
 from lab.providers.warm import WarmStart
@@ -142,13 +142,16 @@ class VagrantProvider(Provider, Checkpoints, Placement):
 
     # ------------------------------------------------------------------ interface
 
-    def preflight(self, box: str | None) -> None:
-        """The box added to Vagrant, then the host up (namespace, libvirtd, pool): a missing box changes nothing."""
+    def preflight(self, box: str | None, cluster: str) -> None:
+        """The box added to Vagrant, the host up (namespace, libvirtd, pool), no leftovers of the name."""
         from lab import box as boxes
-        from lab.host import libvirtd
 
         boxes.require(box)
         libvirtd.up()
+        leftovers.refuse(cluster)
+
+    def leftovers(self, cluster: str, remove: bool = False) -> list[str]:
+        return leftovers.remove(cluster) if remove else leftovers.find(cluster)
 
     def allocate(self, cluster: str, name: str, used: set[str], preferred_index: int = 0) -> tuple[str, str]:
         """A free static address on the cluster's network, and the node's stable MAC."""
@@ -356,12 +359,13 @@ class VagrantProvider(Provider, Checkpoints, Placement):
         return placement.placed(cluster) or registry.LOCAL
 
     def rehome(self, cluster: str, memory_mib: int, cpus: int) -> str | None:
-        """Place the cluster on another host; vagrant's records of the VMs on the lost one go (their
-        domain ids mean nothing on the new host)."""
+        """Another host for the cluster; vagrant's records of the lost one's VMs go (ids of no use there)."""
         host = placement.rehome(cluster, memory_mib, cpus)
         if host is None:
             return None
         self.stop_inflight(cluster)
+        if stale := domains.purge_cluster_on(host, cluster):  # an earlier life's, not this cluster's VMs now
+            log.warning("cluster %s: removed from host %s before its nodes launch there: %s", cluster, host.name, stale)
         shutil.rmtree(ClusterDir(cluster).root / ".vagrant", ignore_errors=True)
         self._swept.pop(cluster, None)
         return host.name

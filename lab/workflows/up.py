@@ -37,7 +37,7 @@ def up(sp, *, users_given: bool, timeout: float, progress: Progress, box_progres
         box.build(progress=box_progress)
     st = daemon.store()
     if st.cluster(sp.name) is None:
-        clusters.create(st, sp, prepare_host=False)  # the host and the box: done above, with progress
+        clusters.create(st, sp)  # the host and the box are ready (above, with progress): preflight checks the name's leftovers
     else:
         progress(f"cluster {sp.name} exists: resuming")
         if users_given:

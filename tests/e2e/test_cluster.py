@@ -91,6 +91,10 @@ def lab_home(tmp_path_factory):
     old = os.environ.get("SLURMLAB_HOME")
     os.environ["SLURMLAB_HOME"] = str(home)
     os.environ["SLURMLAB_HOST_LOST_S"] = "20"  # the engine gives a silent second host up after 20 s (not 60)
+    # a run killed on this machine before its delete (another SLURMLAB_HOME) left VMs and checkpoints
+    # under these names: a create would refuse them (lab/providers/leftovers.py)
+    for name in (NAME, FAR):
+        sl("delete-cluster", name, "--leftovers", timeout=300)
     yield home
     # safety net: whatever happened, leave nothing behind; keep the logs
     if (home / "clusters" / NAME).exists():
@@ -740,6 +744,7 @@ def test_a_second_host_takes_the_cluster_the_first_has_no_room_for_and_loses_it_
     from lab.providers import domains
 
     sl("host", "simulate", H2)
+    sl("delete-cluster", FAR, "--leftovers", timeout=300)  # a killed run's far, in the simulated host's own libvirt
     sl("capacity", "set", "ml.c5.large", "8")  # the class's capacity day had room for its own nodes only
     server = None
     try:

@@ -38,6 +38,7 @@ def test_legacy_shortage_rolls_back_and_leaves_nothing(tmp_path):
     text = "\n".join(line for line in text.splitlines() if not line.startswith("NodeProvisioningMode"))
     text = text.replace("ClusterName: ci", f"ClusterName: {NAME}").replace("./lifecycle", str(REPO / "examples" / "lifecycle"))
     spec.write_text(text + "\n")
+    assert sl(home, "delete-cluster", NAME, "--leftovers").returncode == 0  # a killed run's (another home)
     try:
         p = sl(home, "create-cluster", "--spec", str(spec), "--capacity", str(CAPACITY))
         assert p.returncode == 0, p.stderr

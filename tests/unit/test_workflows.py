@@ -19,15 +19,17 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cluster.yaml"
 
 @pytest.fixture
 def faked(lab_home, monkeypatch):
-    """The host set-up, the engine process and the box check do nothing; say what ran."""
+    """The host set-up, the engine process, the box check and the leftovers check do nothing; say what ran."""
     from lab import box
     from lab.host import libvirtd
+    from lab.providers import leftovers
 
     ran: list[str] = []
     monkeypatch.setattr(libvirtd, "up", lambda: ran.append("host"))
     monkeypatch.setattr(daemon, "ensure_running", lambda: ran.append("engine") or 0)
     monkeypatch.setattr(box, "is_current", lambda name=box.DEFAULT_BOX: True)
     monkeypatch.setattr(box, "require", lambda name: ran.append("box"))
+    monkeypatch.setattr(leftovers, "find", lambda cluster: ran.append("leftovers") or [])
     return ran
 
 
@@ -89,7 +91,8 @@ def test_up_creates_waits_runs_a_first_job_and_names_the_entry(faked, monkeypatc
                         subprocess.CompletedProcess(cmd, 0, "demo-compute-1\ndemo-compute-2\n"))
     r = up.up(load_spec(EXAMPLE), users_given=False, timeout=5, progress=said.append, box_progress=said.append,
               watcher=lambda: lambda d, nodes: watched.append(d["ClusterName"]))
-    assert faked == ["host", "engine"] and watched == ["demo"]
+    # the host first (with progress), then create's preflight: the box, the host (idempotent), the name's leftovers
+    assert faked == ["host", "box", "host", "leftovers", "engine"] and watched == ["demo"]
     computes = [n for n in r.store.nodes("demo") if n.grp == "compute"]
     assert jobs == [f"srun -N{len(computes)} hostname"] and r.first_job["nodes"] == len(computes)
     assert r.entry.grp == "login" and said[0].startswith("host:")
