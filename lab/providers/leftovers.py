@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 
 def _hosts():
-    """(host, reachable) for every registered host; the local one first."""
+    """Every registered host that answers (libvirt connects), the local one first."""
     import libvirt
 
     for host in registry.all_hosts():
