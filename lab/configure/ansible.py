@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 from lab import users
 from lab.configure.base import Configurer
 from lab.configure.inventory import ClusterContext
 from lab.configure.runner import PlaybookResult, run_playbook
 from lab.spec import group_gpus
+from lab.spec.rules.lifecycle import local_source
 from lab.store.db import ClusterRow, GroupRow, NodeRow
 from lab.workspace import ClusterDir
 
@@ -29,13 +29,16 @@ class AnsibleConfigurer(Configurer):
         for g in cluster.spec.get("InstanceGroups", []):
             lc = g.get("LifeCycleConfig") or {}
             src = lc.get("SourceS3Uri") or ""
-            if src and not src.startswith("s3://"):
-                folder = src.removeprefix("file://")
-                lifecycle[g["InstanceGroupName"]] = (str(Path(folder)), lc.get("OnCreate") or "on_create.sh")
+            # a path, a file:// URI, or an s3:// prefix the lab's S3 holds (what `aws s3 sync` uploaded)
+            folder = local_source(src, None)[0] if src else None
+            if folder is not None:
+                lifecycle[g["InstanceGroupName"]] = (str(folder), lc.get("OnCreate") or "on_create.sh")
+        spec = cluster.spec.get("Lab") or {}
         return ClusterContext(name=cluster.name, groups=groups, nodes=nodes, ssh_key=cd.ssh_key,
                               munge_key=cd.munge_key, ssh_executable=self._ssh(cluster.name), lifecycle=lifecycle,
                               users=users.inventory_vars(users.load(cluster.name)),
-                              gpus=group_gpus(cluster.spec, [(g.name, g.node_type, g.instance_type) for g in groups]))
+                              gpus=group_gpus(cluster.spec, [(g.name, g.node_type, g.instance_type) for g in groups]),
+                              node_environment=spec.get("NodeEnvironment") or "Lab", arn=cluster.arn)
 
     def _ssh(self, cluster: str) -> str:
         return self.ssh_executable if isinstance(self.ssh_executable, str) else self.ssh_executable(cluster)

@@ -22,6 +22,28 @@ class ClusterContext:
     lifecycle: dict[str, tuple[str, str]] | None = None  # group -> (local folder, OnCreate script)
     users: dict | None = None  # lab.users.inventory_vars(...): the student accounts; None: none
     gpus: dict[str, int] = field(default_factory=dict)  # group -> emulated GPUs per node (absent: 0)
+    node_environment: str = "Lab"  # Lab.NodeEnvironment: Lab | HyperPod (role hyperpod_env)
+    arn: str = ""  # the cluster's ARN (HyperPod's resource_config.json carries it)
+
+
+def resource_config(ctx: ClusterContext) -> dict:
+    """/opt/ml/config/resource_config.json as HyperPod writes it on every node: the cluster and its
+    instance groups with each instance's name, id and address (CustomerIpAddress, what lifecycle
+    scripts match their own address against). Nodes without an address yet are left out."""
+    by_group: dict[str, list[NodeRow]] = {}
+    for n in sorted(ctx.nodes, key=lambda n: (n.grp, n.ordinal)):
+        if n.address:
+            by_group.setdefault(n.grp, []).append(n)
+    return {
+        "ClusterConfig": {"ClusterArn": ctx.arn, "ClusterName": ctx.name},
+        "InstanceGroups": [
+            {"Name": g.name, "InstanceType": g.instance_type,
+             "Instances": [{"InstanceName": n.name, "InstanceId": n.instance_id,
+                            "AgentIpAddress": n.address, "CustomerIpAddress": n.address}
+                           for n in by_group.get(g.name, [])]}
+            for g in ctx.groups
+        ],
+    }
 
 
 def slurm_nodes(ctx: ClusterContext, joining: list[str] = ()) -> list[dict]:
@@ -80,6 +102,8 @@ def build(ctx: ClusterContext, joining: list[str] = ()) -> dict:
             hv = inv["all"]["children"][GROUP_OF_TYPE[g.node_type]]["hosts"][n.name]
             hv["slurmlab_lifecycle_dir"] = folder
             hv["slurmlab_lifecycle_on_create"] = script
+            # HyperPod-shaped nodes: the scripts start Slurm's daemons (docs/hyperpod-nodes.md)
+            hv["slurmlab_lifecycle_starts_slurm"] = ctx.node_environment == "HyperPod"
     inv["all"]["vars"] = {
         "ansible_user": "vagrant",
         "ansible_become": True,
@@ -93,6 +117,9 @@ def build(ctx: ClusterContext, joining: list[str] = ()) -> dict:
         "slurmlab_etc_hosts": [{"name": n.name, "address": n.address} for n in sorted(ctx.nodes, key=lambda n: n.name)],
         "slurmlab_slurm_nodes": slurm_nodes(ctx, joining),
         "slurmlab_partitions_default": default_partition(ctx),
+        "slurmlab_node_environment": "hyperpod" if ctx.node_environment == "HyperPod" else "lab",
         **(ctx.users if ctx.users is not None else users_mod.inventory_vars(None)),
     }
+    if ctx.node_environment == "HyperPod":
+        inv["all"]["vars"]["slurmlab_resource_config"] = resource_config(ctx)
     return inv

@@ -151,6 +151,9 @@ class LabConfig(_Shape):
     Users: LabUsers | None = None  # student accounts
     Gpus: dict[str, int] | None = None  # Compute group -> emulated GPUs per node (default: the type's real count)
     Start: Literal["Warm", "Cold"] | None = None  # Warm (default): forked from a saved template; Cold: booted
+    # HyperPod: nodes look like HyperPod's (resource_config.json, /opt/slurm, the lifecycle scripts start
+    # Slurm: docs/hyperpod-nodes.md); Lab (default unless a lifecycle folder holds provisioning_parameters.json)
+    NodeEnvironment: Literal["Lab", "HyperPod"] | None = None
 
     @field_validator("Users", mode="before")
     @classmethod
@@ -205,6 +208,12 @@ class ClusterSpec(_Shape):
     @property
     def box(self) -> str | None:
         return self.Lab.Box if self.Lab else None
+
+    @property
+    def node_environment(self) -> str:
+        """Lab.NodeEnvironment: "HyperPod" or "Lab" (the default; the spec rules set HyperPod when a
+        lifecycle folder holds provisioning_parameters.json)."""
+        return (self.Lab.NodeEnvironment if self.Lab else None) or "Lab"
 
     @property
     def users(self) -> LabUsers | None:

@@ -15,6 +15,7 @@ from lab import settings
 from ..problems import Loc, Problem
 from .labkey import check_lab
 from .lifecycle import check_lifecycle
+from .provisioning import apply_parameters
 from .names import HOSTNAME_MAX, cluster_name_hook, group_name, group_name_hook, node_type_of
 
 DEFAULT_MAX_NODES_PER_GROUP = settings.MAX_NODES_PER_GROUP.default
@@ -46,6 +47,10 @@ def check_cluster(
     """The lab's rules for a whole cluster. Returns the problems and a copy of `data` whose local
     lifecycle paths are absolute. `check_files=False` leaves the lifecycle folders unchecked."""
     problems: list[Problem] = []
+    if check_files:
+        # provisioning_parameters.json beside the lifecycle scripts: roles of groups without
+        # SlurmConfig, and HyperPod-shaped nodes (rules/provisioning.py)
+        problems, data = apply_parameters(data, base_dir=base_dir)
     out = dict(data)
 
     # Orchestrator: Slurm only (absent means Slurm: the lab builds nothing else).
@@ -105,8 +110,9 @@ def check_cluster(
         if "SlurmConfig" not in g:
             problems.append(Problem(
                 loc + ("SlurmConfig",),
-                "missing: the lab needs each group's Slurm role (provisioning_parameters.json is not supported)",
-                "add SlurmConfig: {NodeType: Compute} (or Controller, or Login)",
+                "missing: the lab needs each group's Slurm role",
+                "add SlurmConfig: {NodeType: Compute} (or Controller, or Login), or name the groups in a "
+                "provisioning_parameters.json in the lifecycle folder",
             ))
         count = _count(g)
         if count is not None and count > max_nodes and node_type != "Controller":

@@ -1,5 +1,6 @@
-"""The lab's own top-level key `Lab`: Box, Users (student accounts), Gpus (emulated GPUs) and Start
-(Warm: nodes forked from a saved template; Cold: booted; docs/adr/0011)."""
+"""The lab's own top-level key `Lab`: Box, Users (student accounts), Gpus (emulated GPUs), Start
+(Warm: nodes forked from a saved template; Cold: booted; docs/adr/0011) and NodeEnvironment (Lab, or
+HyperPod: nodes shaped like HyperPod's for its lifecycle scripts; docs/adr/0015)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from ..problems import Loc, Problem
 
 _BOX = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
 
-LAB_KEYS = ("Box", "Users", "Gpus", "Start")
+LAB_KEYS = ("Box", "Users", "Gpus", "Start", "NodeEnvironment")
 USERS_KEYS = ("Count", "Prefix", "Password")
 USERS_MAX = 200
 USER_PREFIX = "user"
@@ -169,6 +170,11 @@ def check_lab(lab: Any, groups: Any = None) -> list[Problem]:
             if value not in ("Warm", "Cold"):
                 problems.append(Problem(("Lab", "Start"), f"{value!r} is not a way to start nodes",
                                         "use Warm (forked from a saved template, the default) or Cold (booted)"))
+        elif key == "NodeEnvironment":
+            if value not in ("Lab", "HyperPod"):
+                problems.append(Problem(("Lab", "NodeEnvironment"), f"{value!r} is not a node environment",
+                                        "use Lab (the default) or HyperPod (nodes shaped like HyperPod's for its "
+                                        "lifecycle scripts: docs/hyperpod-nodes.md)"))
         else:
             problems.append(Problem(("Lab", str(key)), f"unknown field: the lab's own settings are: {', '.join(LAB_KEYS)}", "remove it"))
     return problems
