@@ -80,6 +80,17 @@ def test_configurer_context_reads_the_environment_and_s3_folders(lab_home, tmp_p
     assert AnsibleConfigurer("ssh").context(row, _ctx().groups, _ctx().nodes).node_environment == "Lab"
 
 
+def test_the_slurmd_unit_survives_envsubst():
+    """Lifecycle scripts fill the unit with envsubst, which empties every $VAR it finds: the unit may
+    name $SLURMD_OPTIONS and nothing else (an ExecReload with $MAINPID broke that once)."""
+    import re
+
+    unit = (Path(__file__).parents[2] / "roles" / "hyperpod_env" / "files" / "slurmd.service").read_text()
+    body = [line for line in unit.splitlines() if not line.startswith("#")]
+    assert set(re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", "\n".join(body))) == {"SLURMD_OPTIONS"}
+    assert "ExecStart=/opt/slurm/sbin/slurmd -D -s $SLURMD_OPTIONS" in body
+
+
 def test_logs_command():
     assert log_command(None, None) == (f"if sudo test -e {PROVISION_LOG}; then sudo cat {PROVISION_LOG}; "
                                        f"else echo 'slurmlab-logs: no {PROVISION_LOG}' >&2; exit 3; fi")

@@ -22,10 +22,11 @@ echo "$config" | base64 -d | put /opt/ml/config/resource_config.json 0644
 
 # /opt/slurm: HyperPod's prefix, here links into Debian's packages (etc is /etc/slurm).
 link /etc/slurm /opt/slurm/etc
-for f in $(dpkg -L slurm-client slurmd slurmctld sackd 2>/dev/null | grep -E '^/usr/s?bin/[^/]+$' | sort -u); do
-  case $f in /usr/sbin/*) link "$f" "/opt/slurm/sbin/${f##*/}" ;; *) link "$f" "/opt/slurm/bin/${f##*/}" ;; esac
+for f in $(dpkg -L slurm-client 2>/dev/null | grep -E '^/usr/bin/[^/]+$'); do link "$f" "/opt/slurm/bin/${f##*/}"; done
+# the daemons are Debian alternatives (/usr/sbin/slurmd -> slurmd-wlm): link the names
+for f in slurmctld slurmd slurmdbd slurmstepd sackd slurmrestd; do
+  if [ -e "/usr/sbin/$f" ]; then link "/usr/sbin/$f" "/opt/slurm/sbin/$f"; fi
 done
-[ -x /usr/sbin/slurmdbd ] && link /usr/sbin/slurmdbd /opt/slurm/sbin/slurmdbd
 # shellcheck disable=SC2016
 echo 'PATH="/opt/slurm/bin:/opt/slurm/sbin:$PATH"' | put /etc/profile.d/hyperpod-slurm.sh 0644
 
