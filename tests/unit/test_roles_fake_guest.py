@@ -265,16 +265,17 @@ def test_on_create_runs_once_and_a_failure_names_script_exit_and_output(lab):
     assert _changed(recap) == {}, out
     # every run's output is kept in the provisioning log (`slurmlab logs NAME NODE --lifecycle`)
     log = (lab.tmp / "provision" / "provisioning.log").read_text()
-    assert log.count("slurmlab: running ./on_create.sh on demo-compute-2") == 2
-    assert "boom\n" in log
+    assert log.count("slurmlab: ./on_create.sh on demo-compute-2, started ") == 2
+    assert ", exit 3\nboom\n" in log and ", exit 0\n" in log
 
 
 def test_a_failed_step_is_named_with_its_last_lines_without_the_traceback(lab):
     """Scripts that say which step runs ("Execute script: ./X", as AWS's lifecycle_script.py does):
     the message names the failing step and shows its last lines, not the Python traceback after."""
     (lab.tmp / "lifecycle" / "on_create.sh").write_text(
+        f'echo "own log line" >> {lab.tmp / "provision" / "provisioning.log"}\n'
         'echo "Execute script: ./add_users.sh"\necho "users added"\n'
-        'echo "Execute script: ./setup_accounting.sh controller"\n'
+        'echo "Execute script: ./setup_accounting.sh controller "\n'
         'for i in 1 2 3 4 5 6; do echo "line $i"; done\necho "E: no such command: mysqll" >&2\n'
         'echo "Traceback (most recent call last):"\necho \'  File "lifecycle.py", line 9\'\n'
         'echo "subprocess.CalledProcessError: returned non-zero exit status 127."\nexit 1\n')
@@ -282,3 +283,5 @@ def test_a_failed_step_is_named_with_its_last_lines_without_the_traceback(lab):
     assert ("on_create.sh failed on demo-compute-2 (exit 1) in step ./setup_accounting.sh controller. "
             "Last lines of its output: line 4 | line 5 | line 6 | E: no such command: mysqll") in out, out
     assert "users added" not in out.split("in step")[1] and "CalledProcessError" not in out.split("in step")[1]
+    # the script wrote the provisioning log itself (as AWS's on_create.sh does): the lab adds nothing
+    assert (lab.tmp / "provision" / "provisioning.log").read_text() == "own log line\n"
