@@ -75,7 +75,11 @@ class Api:
         return p.stdout
 
     def nodes(self) -> dict[str, dict]:
-        return {n["NodeLogicalId"]: n for n in self.sm.list_cluster_nodes(ClusterName=NAME)["ClusterNodeSummaries"]}
+        listed = self.sm.list_cluster_nodes(ClusterName=NAME, IncludeNodeLogicalIds=True)["ClusterNodeSummaries"]
+        return {n["NodeLogicalId"]: n for n in listed}
+
+    def address(self, node: str) -> str:
+        return self.sm.describe_cluster_node(ClusterName=NAME, NodeLogicalId=node)["NodeDetails"]["PrivatePrimaryIp"]
 
 
 def _group(name: str, itype: str, count: int, prefix: str) -> dict:
@@ -140,8 +144,7 @@ def test_nodes_carry_hyperpods_environment_field_by_field(api):
         assert {k: g["InstanceType"] for k, g in groups.items()} == want_groups
         mine = next(i for g in groups.values() for i in g["Instances"] if i["InstanceName"] == node)
         assert mine == {"InstanceName": node, "InstanceId": listed[node]["InstanceId"],
-                        "AgentIpAddress": listed[node]["PrivatePrimaryIp"],
-                        "CustomerIpAddress": listed[node]["PrivatePrimaryIp"]}
+                        "AgentIpAddress": api.address(node), "CustomerIpAddress": api.address(node)}
         # the controller is there for every node to find (base-config's --conf-server address)
         ctl = groups[CONTROLLER]["Instances"]
         assert [i["InstanceName"] for i in ctl] == [f"{NAME}-{CONTROLLER}-1"]
@@ -151,7 +154,7 @@ def test_nodes_carry_hyperpods_environment_field_by_field(api):
         assert lines[:2] == ["/etc/slurm", "marker"] and lines[2].startswith("slurm 24.11"), layout
         assert "slurmd" in layout.split() and "slurmctld" in layout.split() and "1001" in layout.split(), layout
         assert "NOPASSWD: ALL" in layout, layout
-    controller_ip = listed[f"{NAME}-{CONTROLLER}-1"]["PrivatePrimaryIp"]
+    controller_ip = api.address(f"{NAME}-{CONTROLLER}-1")
     worker = f"{NAME}-{WORKERS}-1"
     # the scripts filled the unit's $SLURMD_OPTIONS (envsubst) and started it
     assert (on(worker, "grep ^ExecStart /etc/systemd/system/slurmd.service").strip()
