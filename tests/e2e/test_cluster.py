@@ -31,6 +31,7 @@ import pytest
 from lab.host import libvirtd
 from lab.osutil import live_processes
 from lab.providers import network
+from tests.e2e.homes import close_home
 
 pytestmark = pytest.mark.e2e
 
@@ -102,15 +103,7 @@ def lab_home(tmp_path_factory):
         shutil.copytree(home / "clusters" / NAME / "logs", dest / "vagrant", dirs_exist_ok=True)
         shutil.copytree(home / "clusters" / NAME / "ansible", dest / "ansible", dirs_exist_ok=True,
                         ignore=shutil.ignore_patterns("fact_cache"))
-    if (home / "engine.log").exists():
-        (REPO / "artifacts").mkdir(exist_ok=True)
-        shutil.copy(home / "engine.log", REPO / "artifacts" / "engine.log")
-    sl("delete-cluster", NAME, check=False, timeout=900)
-    sl("engine", "stop", check=False)
-    if old is None:
-        os.environ.pop("SLURMLAB_HOME", None)
-    else:
-        os.environ["SLURMLAB_HOME"] = old
+    close_home(home, old, NAME, "engine.log")
 
 
 def test_bad_spec_creates_nothing(tmp_path):

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.homes import close_home
+
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
@@ -120,17 +122,9 @@ def api(tmp_path_factory):
         _wait(full, 1500, "cluster hp at full size")
         yield a
     finally:
-        if (home / "engine.log").exists():
-            (REPO / "artifacts").mkdir(exist_ok=True)
-            shutil.copy(home / "engine.log", REPO / "artifacts" / "engine-hyperpod.log")
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=30)
-        sl("delete-cluster", NAME, check=False, timeout=900)
-        sl("engine", "stop", check=False)
-        if old is None:
-            os.environ.pop("SLURMLAB_HOME", None)
-        else:
-            os.environ["SLURMLAB_HOME"] = old
+        close_home(home, old, NAME, "engine-hyperpod.log")
 
 
 def test_nodes_carry_hyperpods_environment_field_by_field(api):
