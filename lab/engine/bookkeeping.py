@@ -202,13 +202,14 @@ class Records:
         if permanent and not keep_phase:
             vals = {"message": f"{message[:400]} (permanent; {PERMANENT_HINT})", "attempts": attempts,
                     "retry_at": NO_RETRY, "phase": Phase.FAILED}
-            said = f"{node}: {message[:300]} (permanent failure, not retried)"
+            said = f"{node}: {message[:500]} (permanent failure, not retried)"
         else:
             delay = backoff(attempts, self.rng, self.backoff_base, self.backoff_max)
             vals = {"message": message[:500], "attempts": attempts, "retry_at": self.clock() + delay}
             if not keep_phase:
                 vals["phase"] = Phase.FAILED
-            said = (f"{node}: {message[:300]} (retry {attempts} in {delay:.0f} s)" if level == "Error"
+            # as much of the reason as the node's message holds (a lifecycle failure's last lines end it)
+            said = (f"{node}: {message[:500]} (retry {attempts} in {delay:.0f} s)" if level == "Error"
                     else f"{node}: {message} (next try in {delay:.0f} s)")
         self.store.update_node(cluster, node, **vals)
         self.store.add_event(cluster, "Instance", level, said, grp=n.grp, node=node,

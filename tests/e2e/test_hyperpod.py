@@ -5,9 +5,9 @@ to the contract of AWS's base-config) to the lab's S3, then boto3's CreateCluste
 request (no SlurmConfig: provisioning_parameters.json names the groups). The scripts read
 resource_config.json and provisioning_parameters.json, find their role by their address, add users,
 set up accounting and start slurmctld and slurmd; the cluster runs `srun -N2` and `sacct` answers. The
-node environment's files are checked field by field against the API's answers. Then a group whose
-scripts are a copy with one bad command: its node fails with the step and its last lines in its
-message and in the cluster's events, and nothing else is lost.
+node environment's files are checked field by field against the API's answers. A third group, created
+with the others, has scripts that are a copy with one bad command: its node fails with the step and
+its last lines in its message and in the cluster's events, and nothing else is lost.
 """
 
 from __future__ import annotations
@@ -89,6 +89,9 @@ def _group(name: str, itype: str, count: int, prefix: str) -> dict:
             "LifeCycleConfig": {"SourceS3Uri": f"s3://lifecycle/{prefix}", "OnCreate": "on_create.sh"}}
 
 
+GOOD = [_group(CONTROLLER, "ml.t3.medium", 1, "hp/v1"), _group(WORKERS, "ml.c5.large", 2, "hp/v1")]
+
+
 @pytest.fixture(scope="module")
 def api(tmp_path_factory):
     home = tmp_path_factory.mktemp("slurmlab-home")
@@ -111,12 +114,12 @@ def api(tmp_path_factory):
         assert "useradd -M" in users.read_text()
         users.write_text(users.read_text().replace("useradd -M", "useraddd -M"))
         a.s3("sync", str(broken), "s3://lifecycle/hp/broken")
+        # the broken group is there from the start: its node fails while the others configure
         a.sm.create_cluster(ClusterName=NAME, NodeProvisioningMode="Continuous", NodeRecovery="Automatic",
-                            InstanceGroups=[_group(CONTROLLER, "ml.t3.medium", 1, "hp/v1"),
-                                            _group(WORKERS, "ml.c5.large", 2, "hp/v1")])
+                            InstanceGroups=[*GOOD, _group("broken", "ml.c5.large", 1, "hp/broken")])
 
         def full():
-            ns = a.nodes()
+            ns = {k: v for k, v in a.nodes().items() if v["InstanceGroupName"] != "broken"}
             return len(ns) == 3 and all(n["InstanceStatus"]["Status"] == "Running" for n in ns.values())
 
         _wait(full, 1500, "cluster hp at full size")
@@ -127,6 +130,30 @@ def api(tmp_path_factory):
         close_home(home, old, NAME, "engine-hyperpod.log")
 
 
+def test_a_broken_copy_fails_its_node_with_the_step_and_its_last_lines(api):
+    before = {n: v["InstanceId"] for n, v in api.nodes().items() if v["InstanceGroupName"] != "broken"}
+    node = f"{NAME}-broken-1"
+    want = f"on_create.sh failed on {node} (exit 1) in step ./add_users.sh compute."
+
+    def failed_event():
+        events = api.sm.list_cluster_events(ClusterName=NAME, InstanceGroupName="broken")["Events"]
+        return next((e for e in events if want in e["Description"]), None)
+
+    event = _wait(failed_event, 900, "the broken node's failure")
+    assert "useraddd: command not found" in event["Description"], event["Description"]
+    # the step's last lines, not the Python traceback of lifecycle.py that ran it
+    assert "Traceback" not in event["Description"] and "CalledProcessError" not in event["Description"]
+    assert event["EventLevel"] in ("Error", "Warn"), event
+    # nothing else is lost: the other nodes are the same instances, still Running, and run jobs
+    api.sm.update_cluster(ClusterName=NAME, InstanceGroups=GOOD, InstanceGroupsToDelete=["broken"])
+    _wait(lambda: node not in api.nodes(), 600, "the broken group to go")
+    after = api.nodes()
+    assert {n: v["InstanceId"] for n, v in after.items()} == before
+    assert all(v["InstanceStatus"]["Status"] == "Running" for v in after.values()), after
+    hosts = on(f"{NAME}-{CONTROLLER}-1", "timeout 120 srun --immediate=60 -N2 hostname").split()
+    assert sorted(hosts) == [f"{NAME}-{WORKERS}-1", f"{NAME}-{WORKERS}-2"]
+
+
 def test_nodes_carry_hyperpods_environment_field_by_field(api):
     described = api.sm.describe_cluster(ClusterName=NAME)
     listed = api.nodes()
@@ -135,7 +162,8 @@ def test_nodes_carry_hyperpods_environment_field_by_field(api):
         rc = json.loads(on(node, "cat /opt/ml/config/resource_config.json"))
         assert rc["ClusterConfig"] == {"ClusterArn": described["ClusterArn"], "ClusterName": NAME}
         groups = {g["Name"]: g for g in rc["InstanceGroups"]}
-        assert {k: g["InstanceType"] for k, g in groups.items()} == want_groups
+        # (the broken group, gone since, was there when the first nodes were configured)
+        assert {k: g["InstanceType"] for k, g in groups.items() if k != "broken"} == want_groups
         mine = next(i for g in groups.values() for i in g["Instances"] if i["InstanceName"] == node)
         assert mine == {"InstanceName": node, "InstanceId": listed[node]["InstanceId"],
                         "AgentIpAddress": api.address(node), "CustomerIpAddress": api.address(node)}
@@ -180,30 +208,3 @@ def test_the_scripts_built_a_working_cluster(api):
     _wait(accounted, 60, "alice's job in sacct", 3)
 
 
-def test_a_broken_copy_fails_its_node_with_the_step_and_its_last_lines(api):
-    before = {n: v["InstanceId"] for n, v in api.nodes().items()}
-    api.sm.update_cluster(ClusterName=NAME, InstanceGroups=[
-        _group(CONTROLLER, "ml.t3.medium", 1, "hp/v1"), _group(WORKERS, "ml.c5.large", 2, "hp/v1"),
-        _group("broken", "ml.c5.large", 1, "hp/broken")])
-    node = f"{NAME}-broken-1"
-    want = f"on_create.sh failed on {node} (exit 1) in step ./add_users.sh compute."
-
-    def failed_event():
-        events = api.sm.list_cluster_events(ClusterName=NAME, InstanceGroupName="broken")["Events"]
-        return next((e for e in events if want in e["Description"]), None)
-
-    event = _wait(failed_event, 900, "the broken node's failure")
-    assert "useraddd: command not found" in event["Description"], event["Description"]
-    # the step's last lines, not the Python traceback of lifecycle.py that ran it
-    assert "Traceback" not in event["Description"] and "CalledProcessError" not in event["Description"]
-    assert event["EventLevel"] in ("Error", "Warn"), event
-    # nothing else is lost: the other nodes are the same instances, still Running, and run jobs
-    api.sm.update_cluster(ClusterName=NAME, InstanceGroups=[
-        _group(CONTROLLER, "ml.t3.medium", 1, "hp/v1"), _group(WORKERS, "ml.c5.large", 2, "hp/v1")],
-        InstanceGroupsToDelete=["broken"])
-    _wait(lambda: node not in api.nodes(), 600, "the broken group to go")
-    after = api.nodes()
-    assert {n: v["InstanceId"] for n, v in after.items()} == before
-    assert all(v["InstanceStatus"]["Status"] == "Running" for v in after.values()), after
-    hosts = on(f"{NAME}-{CONTROLLER}-1", "timeout 120 srun --immediate=60 -N2 hostname").split()
-    assert sorted(hosts) == [f"{NAME}-{WORKERS}-1", f"{NAME}-{WORKERS}-2"]
