@@ -23,10 +23,10 @@ up: box           ## the main job: build the example cluster, run a job, show ho
 down:             ## delete the example cluster
 	$(SL) delete-cluster demo
 
-lint: setup       ## yamllint, ansible-lint (production profile, offline) and shellcheck on the roles and playbooks
+lint: setup       ## yamllint, ansible-lint (production profile, offline) and shellcheck on the roles, playbooks and example scripts
 	$(VENV)/bin/yamllint --strict roles playbooks
 	$(VENV)/bin/ansible-lint --offline --profile production playbooks roles
-	shellcheck roles/*/files/*.sh
+	shellcheck roles/*/files/*.sh examples/*/*.sh
 
 golden: setup     ## regenerate tests/unit/data/*.golden (tests only compare); review git diff after
 	$(PYTHON) -m tests.unit.golden
