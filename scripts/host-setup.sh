@@ -15,6 +15,7 @@ PACKAGES=(
   vagrant vagrant-libvirt
   mmdebstrap debootstrap fdisk extlinux syslinux-common e2fsprogs
   gcc python3-dev openssh-client rsync
+  openssh-server  # `host simulate --remote`: the stand-in for another machine runs its own sshd
   shellcheck  # make lint: the roles' scripts (roles/*/files/*.sh)
   chromium  # headless, for the web console test (tests/api/test_console.py)
 )

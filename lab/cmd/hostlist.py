@@ -48,20 +48,38 @@ def host_add(
                                         "(a host on this machine; none for another machine)"),
     ssh_user: Optional[str] = typer.Option(None, "--ssh-user", help="qemu+ssh: the user libvirt logs in as"),
     ssh_key: Optional[str] = typer.Option(None, "--ssh-key", help="qemu+ssh: the private key libvirt's ssh uses"),
+    accept_host_key: bool = typer.Option(False, "--accept-host-key", help="qemu+ssh: record the host's ssh key as "
+                                         "it is now (else it must be in ~/.ssh/known_hosts already)"),
+    driver: Optional[str] = typer.Option(None, "--driver", help="the domain type there: kvm or qemu (default: kvm "
+                                         "when that host's libvirt offers it)"),
     memory_mib: Optional[int] = MemOpt,
     cpus: Optional[int] = CpuOpt,
     output: Output = OutputOpt,
 ) -> None:
     """Add a libvirt host the lab may place clusters on. Its libvirtd must answer; nothing is recorded if not."""
-    from lab.errors import HostError
-    from lab.host import registry
+    from lab.errors import Conflict, HostError, UsageError
+    from lab.host import registry, sshhost
 
     registry.check_name(name)
+    if name == registry.LOCAL or any(h.name == name for h in registry.all_hosts()):
+        raise Conflict(f"a host named {name!r} exists already", "pick another name, or `slurmlab host remove` it first")
+    if driver not in (None, "kvm", "qemu"):
+        raise UsageError(f"--driver {driver}: not a domain type the lab runs", "give --driver kvm or --driver qemu")
     uri = registry.with_ssh(uri, ssh_user, ssh_key)
-    host = registry.Host(name, uri, netns, memory_mib, cpus, pool=registry.get(registry.LOCAL).pool)
-    registry.require_reachable(host)
+    host = registry.Host(name, uri, netns, memory_mib, cpus, pool=registry.get(registry.LOCAL).pool, driver=driver)
+    if accept_host_key:
+        if not host.remote:
+            raise UsageError("--accept-host-key is for qemu+ssh:// URIs", "leave it out")
+        if not sshhost.accept_key(host):
+            raise HostError(f"no ssh host key from {host.ssh[1]}", "check the address and that sshd runs there")
+    try:
+        registry.require_reachable(host)
+    except HostError:
+        sshhost.forget(name)
+        raise
     rep = _probe(host)
     if rep.problem:
+        sshhost.forget(name)
         raise HostError(rep.problem, rep.fix)
     registry.add(host)
     _show(rep, [], output)
@@ -72,17 +90,22 @@ def host_simulate(
     name: str = typer.Argument("h2", help="the simulated host's name"),
     memory_mib: Optional[int] = MemOpt,
     cpus: Optional[int] = CpuOpt,
+    remote: bool = typer.Option(False, "--remote", help="make it look like another machine: reached only over "
+                                "qemu+ssh at an address of its own, none of the lab's files visible there"),
     output: Output = OutputOpt,
 ) -> None:
     """Start a second libvirt host on this machine (its own libvirtd, network and mount namespaces) and add it."""
     from lab.errors import Conflict
-    from lab.host import registry, simulated
+    from lab.host import registry, rig, simulated
 
     registry.check_name(name)
     known = next((h for h in registry.all_hosts() if h.name == name), None)
     if known and not known.simulated:
         raise Conflict(f"host {name!r} exists and is not a simulated one", "pick another name")
-    host = simulated.start(name)
+    if known and known.remote != remote:
+        raise Conflict(f"host {name!r} is a simulated {'remote' if known.remote else 'local'} host",
+                       f"`slurmlab host simulate {name}{' --remote' if known.remote else ''}`, or remove it first")
+    host = rig.start(name) if remote else simulated.start(name)
     if known is None:
         host.memory_mib, host.cpus = memory_mib, cpus
         registry.add(host)
@@ -103,6 +126,11 @@ def host_remove(name: str = typer.Argument(...), output: Output = OutputOpt) -> 
     if on:
         raise Conflict(f"host {name} still holds cluster(s) {', '.join(on)}", "delete them first (slurmlab delete-cluster NAME)")
     done = simulated.remove(name) if host.simulated else []
+    if host.remote and not host.simulated:
+        from lab.host import sshhost
+
+        sshhost.close(host)
+        sshhost.forget(name)
     registry.remove(name)
     if output == Output.json:
         print_json({"removed": name, "done": done})

@@ -15,11 +15,12 @@ from __future__ import annotations
 import shlex
 import subprocess
 import time
+from pathlib import Path
 
 from lab import paths
 from lab.configure.inventory import ClusterContext
 from lab.configure.sinfo import SlurmNode, parse_sinfo
-from lab.providers.reach import ssh_command
+from lab.providers.reach import cluster_ssh_exe, ssh_command
 
 SINFO = "sinfo --all --noheader --Node --format='%N|%T|%E'"
 READ_TIMEOUT_S = 60
@@ -34,8 +35,10 @@ def _controller(ctx: ClusterContext):
     return next((n for n in ctx.nodes if types.get(n.grp) == "Controller"), None)
 
 
-def _shared_connection() -> list[str]:
-    folder = paths.home() / "ssh"
+def _shared_connection(cluster: str) -> list[str]:
+    # one folder per way in (ssh, ssh-slurmlab-h2, ssh-via-far: per host): two clusters on two hosts
+    # may have the same addresses, and %C (a hash of the address, port and user) would be the same
+    folder = paths.home() / "ssh" / Path(cluster_ssh_exe(cluster)).name
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     # ServerAlive: a master whose VM went away (replaced, or restored from a checkpoint: the TCP
     # connection is dead, nothing says so) ends within ~15 s instead of hanging every later poll
@@ -46,14 +49,14 @@ def _shared_connection() -> list[str]:
 def _drop_master(ctx: ClusterContext, address: str) -> None:
     """End the kept connection to `address` (a poll over it hung): the next poll makes a new one."""
     try:
-        subprocess.run([*ssh_command(ctx.name, address, *_shared_connection(), "-O", "exit")], stdin=subprocess.DEVNULL,
+        subprocess.run([*ssh_command(ctx.name, address, *_shared_connection(ctx.name), "-O", "exit")], stdin=subprocess.DEVNULL,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=20)
     except (subprocess.TimeoutExpired, OSError):
         pass
 
 
 def _run(ctx: ClusterContext, address: str, command: str, timeout: float, shared: bool = False):
-    opts = _shared_connection() if shared else []
+    opts = _shared_connection(ctx.name) if shared else []
     return subprocess.run([*ssh_command(ctx.name, address, *opts), command], stdin=subprocess.DEVNULL,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
 

@@ -9,6 +9,14 @@ The list lives in `$SLURMLAB_HOME/hosts.yml` (written atomically, one entry per 
         memory_mib: 6144        # what the lab may use there (none: what libvirt reports free)
         cpus: 2
         simulated: true         # made by `slurmlab host simulate` (docs/adr/0010-hosts.md)
+      - name: far
+        uri: qemu+ssh://root@10.212.1.2/system?keyfile=/root/.slurmlab/hosts/far/id_ed25519
+        netns: slurmlab         # where that address is reached (none: this namespace)
+        driver: qemu            # the domain type there (none: what its libvirt offers)
+
+A host whose URI names a machine over ssh is *remote* (docs/adr/0016-remote-hosts.md): the lab
+reaches its libvirtd and its VMs only through ssh to that machine (lab.host.sshhost), and nothing
+qemu reads there is a path of this machine (lab.providers.hostside).
 
 "local" is always there (libvirtd of `slurmlab host up`); an entry named local only sets its limits.
 Each host's VM networks live on that host, so a cluster's machines share one host (placement.py).
@@ -40,10 +48,27 @@ class Host:
     cpus: int | None = None
     simulated: bool = False
     pool: str = field(default="")
+    driver: str | None = None
 
     @property
     def local(self) -> bool:
         return self.name == LOCAL
+
+    @property
+    def remote(self) -> bool:
+        """Reached over ssh (qemu+ssh://USER@ADDRESS/...): another machine, or the rig's stand-in for one."""
+        return self.ssh is not None
+
+    @property
+    def ssh(self) -> tuple[str, str, str | None] | None:
+        """(user, address, key file) of a qemu+ssh URI; None for any other transport."""
+        from urllib.parse import parse_qs, urlsplit
+
+        parts = urlsplit(self.uri)
+        if not parts.scheme.endswith("+ssh") or not parts.hostname:
+            return None
+        key = parse_qs(parts.query).get("keyfile", [None])[0]
+        return parts.username or "root", parts.hostname, key
 
     def connect(self):
         """A libvirt connection to this host (libvirt's stderr printer silenced)."""
@@ -54,6 +79,10 @@ class Host:
 
             return libvirtd.connect()
         libvirt.registerErrorHandler(lambda *_: None, None)
+        if self.remote:
+            from lab.host import sshhost
+
+            return libvirt.open(sshhost.libvirt_uri(self))
         return libvirt.open(self.uri)
 
 
@@ -104,7 +133,7 @@ def _from_entry(e: dict) -> Host:
     from lab.host import libvirtd
 
     return Host(e["name"], e["uri"], e.get("netns"), e.get("memory_mib"), e.get("cpus"),
-                bool(e.get("simulated", False)), pool=libvirtd.POOL)
+                bool(e.get("simulated", False)), pool=libvirtd.POOL, driver=e.get("driver"))
 
 
 def all_hosts() -> list[Host]:

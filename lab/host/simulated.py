@@ -8,6 +8,7 @@ network namespace, which the lab made; ssh and vagrant reach its VMs from inside
 The engine reaches the daemon over its socket, a file under the host's folder:
 `qemu+unix:///system?socket=<folder>/run/libvirt-sock`. The lab's files that qemu reads (the
 TCG wrapper, the munge key credentials) stay visible: /var/lib/libvirt/slurmlab is bound back in.
+A host that looks like another machine, reached over ssh only, is lab.host.rig's (`--remote`).
 """
 
 from __future__ import annotations
@@ -127,8 +128,10 @@ def _ensure_pool(host: Host, pool_dir: Path) -> None:
 def stop(name: str, *, force: bool = False) -> list[str]:
     """Stop the simulated host's daemons. Refuses while it has domains unless `force` (a test that
     takes the host away from under its clusters; their VMs are then ended by `purge`)."""
+    from lab.host import rig
+
     done = []
-    host = Host(name, uri(name), netns(name), simulated=True)
+    host = rig.host(name) if rig.info(name) else Host(name, uri(name), netns(name), simulated=True)
     if pid(name) and not force:
         conn = host.connect()
         try:
@@ -141,7 +144,7 @@ def stop(name: str, *, force: bool = False) -> list[str]:
                     net.destroy()
         finally:
             conn.close()
-    for daemon in ("libvirtd", "virtlogd"):
+    for daemon in ("sshd", "libvirtd", "virtlogd"):
         p = pid(name, daemon)
         if p:
             os.kill(p, signal.SIGTERM)
@@ -156,7 +159,12 @@ def stop(name: str, *, force: bool = False) -> list[str]:
 def remove(name: str) -> list[str]:
     """Stop the daemons (refused while domains exist), end what is left in the namespace (dnsmasq,
     qemu of a host stopped by force), remove the namespace and the folder."""
+    from lab.host import rig, sshhost
+
+    if rig.info(name):
+        sshhost.close(rig.host(name))
     done = stop(name)
+    sshhost.forget(name)
     ns = netns(name)
     if Path("/run/netns", ns).exists():
         left = _pids_in(ns)

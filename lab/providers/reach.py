@@ -1,6 +1,6 @@
 """How the lab reaches a host's VMs: ssh and vagrant run inside the network namespace where that
 host's VM networks live (the lab's namespace for this machine in netns mode, a simulated host's
-own), with the cluster's key."""
+own), with the cluster's key; a remote host's VMs through ssh to that host (lab.host.sshhost)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,12 @@ def vagrant_exe(host: Host | None = None) -> str:
 
 
 def ssh_exe(host: Host | None = None) -> str:
-    """`ssh` inside the namespace of the VMs' host (Ansible's ssh_executable, `slurmlab ssh`)."""
+    """`ssh` inside the namespace of the VMs' host (Ansible's ssh_executable, `slurmlab ssh`); for a
+    remote host, `ssh-via-NAME` (through the host)."""
+    if host is not None and host.remote:
+        from lab.host import sshhost
+
+        return sshhost.via_host(host)
     return _netns_wrapper("ssh", host)
 
 

@@ -19,8 +19,9 @@ SIZE = "8G"  # virtual size; the qcow2 file grows with what is written
 
 
 def is_cluster_volume(cluster: str, vol: str) -> bool:
+    """The cluster's state disk, or its munge key uploaded to a remote host (hostside.munge_volume)."""
     # "-state-<digits>.qcow2" right after the name: cluster "a" never takes cluster "a-b"'s volume
-    return re.fullmatch(re.escape(cluster) + r"-state-[0-9]+\.qcow2", vol) is not None
+    return re.fullmatch(re.escape(cluster) + r"-(state-[0-9]+\.qcow2|munge\.key)", vol) is not None
 
 
 def attached(cluster: str, name: str) -> bool:
@@ -40,7 +41,7 @@ def attached(cluster: str, name: str) -> bool:
 
 
 def delete_volumes(cluster: str) -> list[str]:
-    """Remove the cluster's state disk volumes from the pool; what was removed, for humans."""
+    """Remove the cluster's state disk volumes (and an uploaded key) from the pool; what was removed, for humans."""
     import libvirt
 
     host = placement.host_of(cluster)

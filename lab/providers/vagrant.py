@@ -17,8 +17,8 @@ from pathlib import Path
 
 from lab import secrets
 from lab.errors import LabError
-from lab.host import kvm, libvirtd, registry
-from lab.providers import checkpoint, disk, fork, leftovers, network, placement, priority, state_disk, templates
+from lab.host import libvirtd, registry
+from lab.providers import checkpoint, disk, fork, hostside, leftovers, network, placement, priority, state_disk, templates
 from lab.providers.base import (DISK_FULL, Checkpoints, ClusterNet, LaunchError, MachineSpec, Observed, Placement, Provider,
                                 ProviderUnreachable, mac_for)
 from lab.providers.warm import WarmStart
@@ -168,21 +168,21 @@ class VagrantProvider(Provider, Checkpoints, Placement):
         cd.create()
         pub = secrets.ensure_ssh_key(cd.ssh_key, f"slurmlab-{cluster}")
         secrets.ensure_munge_key(cd.munge_key)
-        fw_munge = secrets.qemu_readable_copy(cd.munge_key, vagrantfile.credentials_dir(cluster) / "munge.key")
         libvirtd.up()
         host = placement.place(cluster, sum(m.memory_mib for m in machines), sum(m.cpus for m in machines))
         net = self.network(cluster, preferred_index)
-        k = kvm.detect()
+        on = hostside.inputs(host, cluster, cd.munge_key)
         with self._lock:
             self._machines[cluster] = {m.name: m for m in machines}
             self._boxes[cluster] = box or self.box
             self._nets[cluster] = net
             text = render(
                 cluster=cluster, box=box or self.box, machines=list(self._machines[cluster].values()), net=net,
-                private_key=str(cd.ssh_key), public_key=pub, driver=k.driver,
-                emulator_path=None if k.usable else str(libvirtd.ensure_wrapper()), pool=host.pool, uri=host.uri,
-                munge_key_file=str(fw_munge), state_disk_size=state_disk.SIZE,
+                private_key=str(cd.ssh_key), public_key=pub, driver=on.driver, emulator_path=on.emulator_path,
+                pool=host.pool, uri=on.uri, munge_key_file=on.munge_key_file, state_disk_size=state_disk.SIZE,
+                features=on.features, proxy_command=on.proxy_command,
             )
+            hostside.refuse_foreign(host, text)
             if not cd.vagrantfile.exists() or cd.vagrantfile.read_text() != text:
                 atomic_write(cd.vagrantfile, text)
         if host.local:

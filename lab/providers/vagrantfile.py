@@ -67,6 +67,8 @@ def render(
     boot_timeout: int = 600,
     munge_key_file: str | None = None,
     state_disk_size: str = "8G",
+    features: Sequence[str] = (),
+    proxy_command: str | None = None,
 ) -> str:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(paths.resource())),
@@ -76,6 +78,8 @@ def render(
     )
     if any(c in public_key for c in ',"\n'):
         raise ValueError("public key must be one line without commas or quotes")
+    if any('"' in x or "\n" in x for x in (*features, proxy_command or "")):
+        raise ValueError("features and proxy_command must be one line without double quotes")
     if munge_key_file and any(c in munge_key_file for c in ',"\n'):
         raise ValueError(f"munge key path {munge_key_file!r} must not hold commas, quotes or newlines (qemu -fw_cfg)")
     nodes = [
@@ -97,6 +101,8 @@ def render(
         boot_timeout=boot_timeout,
         state_disk_serial=STATE_DISK_SERIAL,
         state_disk_size=state_disk_size,
+        features=list(features),
+        proxy_command=proxy_command,
     )
 
 

@@ -1,0 +1,167 @@
+"""What qemu on a cluster's host reads, made where that host can read it (docs/adr/0016-remote-hosts.md).
+
+On this machine (the local host, a simulated one) qemu reads the lab's own files: the TCG wrapper
+named as `emulator_path` (lab.host.libvirtd.ensure_wrapper) and the munge key credential copied for
+the qemu user (lab.secrets.qemu_readable_copy). A remote host has none of this machine's paths:
+
+- TCG's translation cache is capped in the domain XML (`<features><tcg><tb-cache>`, libvirt >= 8.0)
+  instead of by the wrapper;
+- the munge key is uploaded through libvirt as a raw volume `<cluster>-munge.key` of the host's
+  pool, owned by that host's qemu user, mode 0400 (its path there goes to `-fw_cfg ...,file=`), and
+  is removed with the cluster's other volumes (state_disk.is_cluster_volume). A host that confines
+  qemu (AppArmor, SELinux) would refuse qemu that file: the node then gets the key from Ansible's
+  munge role after boot (ADR 0002's fallback) and no credential is uploaded.
+
+`foreign_paths` is the guard: a remote host's Vagrantfile may name no path of this machine except
+in the lines only this machine reads (the key Vagrant logs in with, the libvirt URI, the proxy).
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lab import paths, secrets, settings
+
+TB_CACHE_MIB = 128  # as the local wrapper's tb-size (docs/adr/0001 #3)
+# vagrant-libvirt writes each `features` string raw as `<STRING/>` (templates/domain.xml.erb), so one
+# string can carry the element that has no setting of its own; the first and last tags close around it
+TCG_FEATURES = ["acpi", "apic", f"tcg><tb-cache unit='MiB'>{TB_CACHE_MIB}</tb-cache></tcg><pae"]
+CLIENT_SIDE = re.compile(r"^\s*(config\.ssh\.private_key_path|lv\.uri|lv\.proxy_command)\s*=")
+
+
+@dataclass
+class LaunchInputs:
+    """The host-dependent lines of a cluster's Vagrantfile."""
+    driver: str
+    emulator_path: str | None = None
+    features: list[str] = field(default_factory=list)
+    proxy_command: str | None = None
+    munge_key_file: str | None = None
+    uri: str = ""
+
+
+def munge_volume(cluster: str) -> str:
+    return f"{cluster}-munge.key"
+
+
+def driver_of(host, conn) -> str:
+    """The domain type on `host`: the host's setting, SLURMLAB_DRIVER, else kvm when its libvirt offers it."""
+    if host.driver or settings.DRIVER.get():
+        return host.driver or settings.DRIVER.get()
+    import libvirt
+
+    try:
+        conn.getDomainCapabilities(None, "x86_64", None, "kvm", 0)
+        return "kvm"
+    except libvirt.libvirtError:
+        return "qemu"
+
+
+def confined(caps_xml: str) -> bool:
+    """Whether the host's qemu runs under AppArmor or SELinux (its capabilities' secmodels)."""
+    return any((m.findtext("model") or "") in ("apparmor", "selinux") for m in ET.fromstring(caps_xml).iter("secmodel"))
+
+
+def qemu_owner(caps_xml: str) -> tuple[int, int]:
+    """uid, gid of the host's qemu processes: the dac secmodel's `<baselabel type='qemu'>+UID:+GID`."""
+    for m in ET.fromstring(caps_xml).iter("secmodel"):
+        if m.findtext("model") == "dac":
+            for b in m.findall("baselabel"):
+                if b.get("type") == "qemu" and b.text:
+                    u, g = b.text.split(":")
+                    return int(u.lstrip("+")), int(g.lstrip("+"))
+    return 0, 0
+
+
+def upload_munge_key(host, conn, cluster: str, key: bytes) -> str | None:
+    """The key as a volume of the host's pool (replaced when it differs); its path on the host, or None
+    when the host confines qemu."""
+    import libvirt
+
+    caps = conn.getCapabilities()
+    if confined(caps):
+        return None
+    pool = conn.storagePoolLookupByName(host.pool)
+    pool.refresh(0)
+    name = munge_volume(cluster)
+    try:
+        vol = pool.storageVolLookupByName(name)
+        if vol.info()[1] == len(key) and _download(conn, vol) == key:
+            return vol.path()
+        vol.delete(0)
+    except libvirt.libvirtError:
+        pass
+    uid, gid = qemu_owner(caps)
+    vol = pool.createXML(f"<volume><name>{name}</name><capacity unit='bytes'>{len(key)}</capacity>"
+                         f"<target><format type='raw'/><permissions><mode>0400</mode><owner>{uid}</owner>"
+                         f"<group>{gid}</group></permissions></target></volume>", 0)
+    st = conn.newStream(0)
+    vol.upload(st, 0, len(key), 0)
+    st.send(key)
+    st.finish()
+    return vol.path()
+
+
+def _download(conn, vol) -> bytes:
+    st = conn.newStream(0)
+    size = vol.info()[1]
+    vol.download(st, 0, size, 0)
+    data = b""
+    while len(data) < size:
+        got = st.recv(size - len(data))
+        if not isinstance(got, bytes) or not got:
+            break
+        data += got
+    st.finish()
+    return data
+
+
+def inputs(host, cluster: str, munge_key: Path) -> LaunchInputs:
+    """What the cluster's Vagrantfile says of its host: driver, TCG cap, credential, how it is reached."""
+    from lab.host import kvm, libvirtd
+    from lab.providers.vagrantfile import credentials_dir
+
+    if not host.remote:
+        k = kvm.detect()
+        fw = secrets.qemu_readable_copy(munge_key, credentials_dir(cluster) / "munge.key")
+        return LaunchInputs(k.driver, None if k.usable else str(libvirtd.ensure_wrapper()),
+                            munge_key_file=str(fw), uri=host.uri)
+    from lab.host import sshhost
+
+    conn = host.connect()
+    try:
+        driver = driver_of(host, conn)
+        fw = upload_munge_key(host, conn, cluster, munge_key.read_bytes())
+    finally:
+        conn.close()
+    return LaunchInputs(driver, None, TCG_FEATURES if driver == "qemu" else [], sshhost.proxy_command(host), fw,
+                        sshhost.libvirt_uri(host))
+
+
+def local_roots() -> list[str]:
+    """Folders of this machine that a remote host's qemu must never be told to read."""
+    from lab.paths import REPO_ROOT
+
+    roots = {paths.home(), paths.cache(), paths.libvirt_dir(), paths.pool_dir(), settings.HOSTS_DIR.get(),
+             REPO_ROOT, Path.home() / ".vagrant.d"}
+    return sorted({str(r.resolve()) if r.exists() else str(r) for r in roots} | {str(r) for r in roots})
+
+
+def foreign_paths(text: str, roots: list[str] | None = None) -> list[str]:
+    """Lines of a Vagrantfile or domain XML that name a folder of this machine (`local_roots`), the
+    lines only this machine reads (CLIENT_SIDE) left out."""
+    roots = roots if roots is not None else local_roots()
+    return [line.strip() for line in text.splitlines()
+            if not CLIENT_SIDE.match(line) and any(r in line for r in roots)]
+
+
+def refuse_foreign(host, text: str) -> None:
+    """A permanent LaunchError when a remote host's Vagrantfile names a path of this machine."""
+    from lab.providers.base import LaunchError
+
+    if host.remote and (foreign := foreign_paths(text)):
+        raise LaunchError(f"the Vagrantfile for remote host {host.name} names paths of this machine, which its qemu "
+                          f"cannot read: {'; '.join(foreign)}", transient=False)
