@@ -30,12 +30,25 @@ def free_mib(path=None) -> int:
     return st.f_bavail * st.f_frsize >> 20
 
 
-def refusal(name: str, free: Callable[[], int] = free_mib) -> str | None:
-    """Why a new VM `name` may not be created now (None: it fits)."""
-    have = free()
+def pool_free_mib(host) -> int:
+    """What the host's pool has free, as its libvirt says (a remote host's disk is not this machine's)."""
+    conn = host.connect()
+    try:
+        pool = conn.storagePoolLookupByName(host.pool)
+        pool.refresh(0)
+        return pool.info()[3] >> 20
+    finally:
+        conn.close()
+
+
+def refusal(name: str, free: Callable[[], int] = free_mib, host=None) -> str | None:
+    """Why a new VM `name` may not be created now (None: it fits). On a remote `host`, its pool is asked."""
+    remote = host is not None and host.remote
+    have = pool_free_mib(host) if remote else free()
     if have >= VM_DISK_MIB + RESERVE_MIB:
         return None
-    return (f"InsufficientCapacity: the storage pool's disk has {have} MiB free ({paths.pool_dir()}); {name} needs "
+    where = f"pool {host.pool} on host {host.name}" if remote else paths.pool_dir()
+    return (f"InsufficientCapacity: the storage pool's disk has {have} MiB free ({where}); {name} needs "
             f"{VM_DISK_MIB} MiB plus {RESERVE_MIB} MiB kept for the running VMs; fix: free space on that disk "
             "(the lab retries by itself)")
 

@@ -206,11 +206,11 @@ class VagrantProvider(Provider, Checkpoints, Placement):
                                   f"({registry.HOST_RESERVE_MIB} MiB kept for the host{', and the lab limit' if host.memory_mib else ''}); "
                                   f"{machine.name} needs {machine.memory_mib} MiB",
                                   transient=True)  # memory frees up: retried like HyperPod's capacity shortages
-            short = disk.refusal(machine.name)
+            short = disk.refusal(machine.name, host=host)
             if short:
                 raise LaunchError(short, transient=True)
         network.add_host(cluster, machine.mac, machine.name, machine.address)
-        if machine.node_type == "Controller":
+        if machine.node_type == "Controller" and not host.remote:  # its qemu is not a process of this machine
             priority.favor_when_started(machine.name)  # it boots first when every VM boots at once
         cold_because = None
         if machine.name not in present:

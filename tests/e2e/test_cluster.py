@@ -704,7 +704,7 @@ def test_rolling_update_of_the_gpu_node_then_the_controller_while_a_job_runs():
     assert out.strip() == "CUDA_VISIBLE_DEVICES=0", out
 
 
-FAR, H2 = "far", "e2e-b"  # the second cluster, and the simulated second host it is placed on
+FAR, H2 = "far", "e2e-b"  # the second cluster, and the remote host (the rig's stand-in) it is placed on
 
 
 def _active_mib(conn) -> int:
@@ -723,20 +723,36 @@ def _wait(cond, timeout: float, what: str, every: float = 5.0):
     return got
 
 
+def _rig_sees(command: str) -> str:
+    from lab.host import rig
+
+    p = rig.on_rig(H2, command)
+    assert p.returncode == 0, (command, p.stdout, p.stderr)
+    return p.stdout
+
+
 def test_a_second_host_takes_the_cluster_the_first_has_no_room_for_and_loses_it_to_recovery(tmp_path):
-    """Issue 16 on real VMs: a second libvirt host simulated on this machine (its own libvirtd in its own
-    network and mount namespaces). With this host's memory limited to what the class cluster uses plus
-    1000 MiB, a cluster made with boto3 (controller + 2 compute, 2304 MiB) is placed on the second host;
-    both clusters run `srun -N2 hostname`. With room here again, the second host's libvirtd is stopped:
-    after SLURMLAB_HOST_LOST_S its nodes become Failure and are launched again here; srun works again;
-    when the second host is back, what the cluster left there is removed; delete and `host remove` leave
-    nothing."""
+    """Issues 16 and 29 on real VMs: a second libvirt host that looks like another machine (`host simulate
+    --remote`: its own libvirtd, sshd and address in namespaces of its own, none of the lab's files there),
+    reached only over qemu+ssh. With this host's memory limited to what the class cluster uses plus 1000 MiB,
+    a cluster made with boto3 (controller + 2 compute, 2304 MiB) is placed on the remote host; its domains
+    name no file of this machine; both clusters run `srun -N2 hostname`. With room here again, the remote's
+    libvirtd is stopped: after SLURMLAB_HOST_LOST_S its nodes become Failure and are launched again here;
+    srun works again; when the remote is back, what the cluster left there is removed (its uploaded munge
+    key too); delete and `host remove` leave nothing on either host."""
+    import xml.etree.ElementTree as ET
+
     import boto3
 
-    from lab.host import registry, simulated
-    from lab.providers import domains
+    from lab.host import registry, rig, simulated, sshhost
+    from lab.providers import domains, hostside
 
-    sl("host", "simulate", H2)
+    sl("host", "simulate", H2, "--remote")
+    # the other machine: none of the lab's folders, no socket of its libvirtd on this side
+    home = os.environ["SLURMLAB_HOME"]
+    assert _rig_sees(f"find /var/lib/libvirt/slurmlab {home} {REPO} -mindepth 1 2>/dev/null | wc -l").strip() == "0"
+    assert _rig_sees("test -S /run/libvirt/libvirt-sock && echo yes").strip() == "yes"
+    assert not list(simulated.folder(H2).rglob("libvirt-sock"))
     sl("delete-cluster", FAR, "--leftovers", timeout=300)  # a killed run's far, in the simulated host's own libvirt
     sl("capacity", "set", "ml.c5.large", "8")  # the class's capacity day had room for its own nodes only
     server = None
@@ -774,11 +790,22 @@ def test_a_second_host_takes_the_cluster_the_first_has_no_room_for_and_loses_it_
         listed = json.loads(sl("list-cluster-nodes", FAR, "--output", "json").stdout)["ClusterNodeSummaries"]
         assert {n["Lab"]["Host"] for n in listed} == {H2}
         h2 = registry.get(H2)
+        assert h2.remote and h2.uri.startswith("qemu+ssh://root@10.212.")
         c2 = h2.connect()
         try:
-            assert sorted(d.name() for d in domains.of_cluster(c2, FAR)) == ["far-compute-1", "far-compute-2", "far-controller-1"]
+            doms = domains.of_cluster(c2, FAR)
+            assert sorted(d.name() for d in doms) == ["far-compute-1", "far-compute-2", "far-controller-1"]
+            for d in doms:  # what the remote's qemu reads is the remote's: its pool, its qemu, the uploaded key
+                xml = d.XMLDesc(0)
+                assert hostside.foreign_paths(xml) == [] and "/var/lib/libvirt/slurmlab" not in xml, d.name()
+                fw = [a.get("value") for a in ET.fromstring(xml).iter("{http://libvirt.org/schemas/domain/qemu/1.0}arg")
+                      if "fw_cfg" in (a.get("value") or "") or "munge_key" in (a.get("value") or "")]
+                assert fw == [f"name=opt/io.systemd.credentials/slurmlab.munge_key,file={rig.POOL_PATH}/far-munge.key"], fw
+                assert ET.fromstring(xml).findtext("features/tcg/tb-cache") == "128", d.name()
         finally:
             c2.close()
+        # the key reached the node (at boot from that volume, or from the munge role)
+        assert sl("ssh", FAR, "controller", "--", "systemctl is-active munge").stdout.strip() == "active"
         srun = "timeout 120 srun --immediate=60 -p dev -N2 hostname"
         assert sorted(sl("ssh", FAR, "controller", "--", srun).stdout.split()) == ["far-compute-1", "far-compute-2"]
         assert sorted(h.split(".")[0] for h in on("login", srun).split()) == [f"{NAME}-compute-1", f"{NAME}-compute-2"]
@@ -797,12 +824,15 @@ def test_a_second_host_takes_the_cluster_the_first_has_no_room_for_and_loses_it_
         assert sorted(sl("ssh", FAR, "controller", "--", srun).stdout.split()) == ["far-compute-1", "far-compute-2"]
 
         # the host is back: what the cluster left there goes (the engine asks every 30 s)
-        sl("host", "simulate", H2)
+        sl("host", "simulate", H2, "--remote")
 
         def nothing_left_on_h2() -> bool:
             c = h2.connect()
             try:
-                return not domains.of_cluster(c, FAR) and network.net_name(FAR) not in [n.name() for n in c.listAllNetworks()]
+                pool = c.storagePoolLookupByName(h2.pool)
+                pool.refresh(0)
+                return (not domains.of_cluster(c, FAR) and network.net_name(FAR) not in [n.name() for n in c.listAllNetworks()]
+                        and not [v for v in pool.listVolumes() if v.startswith(f"{FAR}-")])
             finally:
                 c.close()
 
@@ -811,6 +841,8 @@ def test_a_second_host_takes_the_cluster_the_first_has_no_room_for_and_loses_it_
         _wait(lambda: all(c["ClusterName"] != FAR for c in client.list_clusters()["ClusterSummaries"]), 600, "far deleted")
         sl("host", "remove", H2)
         assert not Path("/run/netns", simulated.netns(H2)).exists() and not simulated.folder(H2).exists()
+        assert not sshhost.folder(H2).exists() and not Path(sshhost.control_path(H2)).exists()
+        assert not (Path(os.environ["SLURMLAB_HOME"]) / "bin" / f"ssh-to-{H2}").exists()
         assert [h["name"] for h in json.loads(sl("host", "list", "--output", "json").stdout)] == ["local"]
     finally:
         if server is not None:
