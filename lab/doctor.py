@@ -203,10 +203,11 @@ def _host_probes() -> list[Probe]:
         def check(h=h) -> tuple[bool, str]:
             rep = probe.probe(h, box.DEFAULT_BOX, box.image_bytes())
             if not rep.ok:
-                return False, rep.problem
-            return True, (f"{h.uri} answers: {rep.memory_free_mib}/{rep.memory_total_mib} MiB free, {rep.cpus} cpus, "
-                          f"pool {rep.pool_free_gib} GiB free, box {rep.box}")
-        fix = (f"slurmlab host simulate {h.name}" if h.simulated else
+                return False, f"{rep.problem}; fix: {rep.fix}" if h.remote else rep.problem
+            return True, (f"{h.uri} answers{' over ssh, domain type ' + rep.driver if rep.remote else ''}: "
+                          f"{rep.memory_free_mib}/{rep.memory_total_mib} MiB free, {rep.cpus} cpus, "
+                          f"pool {rep.pool_free_gib} GiB free, box {rep.box}" + "".join(f"; {n}" for n in rep.notes))
+        fix = (f"slurmlab host simulate {h.name}{' --remote' if h.remote else ''}" if h.simulated else
                f"start libvirtd there, or `slurmlab host remove {h.name}`; clusters are placed on the other hosts meanwhile")
         out.append(Probe(f"host:{h.name}", f"host {h.name}", check, fix, WARNING))
     return out

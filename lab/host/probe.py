@@ -28,6 +28,9 @@ class HostReport:
     pool_free_gib: float = 0.0
     box: str = ""  # "present", "uploaded on first use", or why it cannot be
     domains: list[str] = field(default_factory=list)
+    remote: bool = False  # reached over ssh (docs/adr/0016-remote-hosts.md)
+    driver: str = ""  # a remote's domain type (kvm or qemu)
+    notes: list[str] = field(default_factory=list)  # what works, but not as on this machine
 
     @property
     def ok(self) -> bool:
@@ -47,11 +50,22 @@ def probe(host: Host, box_name: str, box_bytes: int | None) -> HostReport:
         conn = host.connect()
     except libvirt.libvirtError as e:
         rep.problem = f"libvirt cannot open {host.uri}: {e.get_error_message()}"
-        rep.fix = ("start its libvirtd (`slurmlab host simulate " + host.name + "` for a simulated host)" if host.simulated
-                   else "check the URI with `virsh -c URI version`; libvirtd must run there and accept this user")
+        if host.simulated:
+            rep.fix = f"start its libvirtd (`slurmlab host simulate {host.name}{' --remote' if host.remote else ''}`)"
+        elif host.remote:
+            from lab.host import sshhost
+
+            user, address, _ = host.ssh
+            rep.fix = (f"`{sshhost.to_host(host)} {user}@{address} virsh -c qemu:///system version` must answer: sshd "
+                       "with your key there (host key known, or `host add --accept-host-key`), libvirtd running, "
+                       "virt-ssh-helper installed (Debian: libvirt-daemon >= 8.0)")
+        else:
+            rep.fix = "check the URI with `virsh -c URI version`; libvirtd must run there and accept this user"
         return rep
     rep.reachable = True
     try:
+        if host.remote and not _remote_ok(host, conn, rep):
+            return rep
         info = conn.getInfo()  # [model, memory MiB, cpus, ...]
         rep.memory_total_mib, rep.cpus = int(info[1]), int(info[2])
         rep.memory_free_mib = available_mib(conn)
@@ -85,3 +99,26 @@ def probe(host: Host, box_name: str, box_bytes: int | None) -> HostReport:
     finally:
         conn.close()
     return rep
+
+
+MIN_REMOTE_LIBVIRT = 8_000_000  # <features><tcg><tb-cache> (hostside.TCG_FEATURES)
+
+
+def _remote_ok(host: Host, conn, rep: HostReport) -> bool:
+    """What a remote host needs beyond a libvirtd that answers; False (rep says why) when it lacks it."""
+    from lab.providers import hostside
+
+    rep.remote = True
+    version = conn.getLibVersion()
+    if version < MIN_REMOTE_LIBVIRT:
+        rep.problem = f"libvirt {version // 1_000_000}.{version // 1000 % 1000} on {host.name} is older than 8.0"
+        rep.fix = "upgrade libvirt there (Debian 12 has 9.0): its domain XML must cap TCG's cache"
+        return False
+    rep.driver = hostside.driver_of(host, conn)
+    caps = conn.getCapabilities()
+    if hostside.confined(caps):
+        rep.notes.append("qemu is confined there (AppArmor/SELinux): nodes get the munge key from Ansible after "
+                         "boot, not at boot")
+    if rep.driver == "qemu":
+        rep.notes.append("no KVM there: VMs run under software emulation (slow)")
+    return True

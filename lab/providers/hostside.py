@@ -41,6 +41,7 @@ class LaunchInputs:
     proxy_command: str | None = None
     munge_key_file: str | None = None
     uri: str = ""
+    pool_path: str | None = None  # a remote's pool folder: that host's, even if this machine has the same path
 
 
 def munge_volume(cluster: str) -> str:
@@ -135,10 +136,11 @@ def inputs(host, cluster: str, munge_key: Path) -> LaunchInputs:
     try:
         driver = driver_of(host, conn)
         fw = upload_munge_key(host, conn, cluster, munge_key.read_bytes())
+        pool_path = ET.fromstring(conn.storagePoolLookupByName(host.pool).XMLDesc(0)).findtext("target/path")
     finally:
         conn.close()
     return LaunchInputs(driver, None, TCG_FEATURES if driver == "qemu" else [], sshhost.proxy_command(host), fw,
-                        sshhost.libvirt_uri(host))
+                        sshhost.libvirt_uri(host), pool_path)
 
 
 def local_roots() -> list[str]:
@@ -150,18 +152,19 @@ def local_roots() -> list[str]:
     return sorted({str(r.resolve()) if r.exists() else str(r) for r in roots} | {str(r) for r in roots})
 
 
-def foreign_paths(text: str, roots: list[str] | None = None) -> list[str]:
+def foreign_paths(text: str, roots: list[str] | None = None, theirs: str | None = None) -> list[str]:
     """Lines of a Vagrantfile or domain XML that name a folder of this machine (`local_roots`), the
-    lines only this machine reads (CLIENT_SIDE) left out."""
+    lines only this machine reads (CLIENT_SIDE) left out. `theirs`: the remote's pool folder, which is
+    that host's own even when this machine has a folder of the same name."""
     roots = roots if roots is not None else local_roots()
     return [line.strip() for line in text.splitlines()
-            if not CLIENT_SIDE.match(line) and any(r in line for r in roots)]
+            if not CLIENT_SIDE.match(line) and any(r in (line.replace(theirs, "") if theirs else line) for r in roots)]
 
 
-def refuse_foreign(host, text: str) -> None:
+def refuse_foreign(host, text: str, theirs: str | None = None) -> None:
     """A permanent LaunchError when a remote host's Vagrantfile names a path of this machine."""
     from lab.providers.base import LaunchError
 
-    if host.remote and (foreign := foreign_paths(text)):
+    if host.remote and (foreign := foreign_paths(text, theirs=theirs)):
         raise LaunchError(f"the Vagrantfile for remote host {host.name} names paths of this machine, which its qemu "
                           f"cannot read: {'; '.join(foreign)}", transient=False)

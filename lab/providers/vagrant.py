@@ -182,7 +182,7 @@ class VagrantProvider(Provider, Checkpoints, Placement):
                 pool=host.pool, uri=on.uri, munge_key_file=on.munge_key_file, state_disk_size=state_disk.SIZE,
                 features=on.features, proxy_command=on.proxy_command,
             )
-            hostside.refuse_foreign(host, text)
+            hostside.refuse_foreign(host, text, on.pool_path)
             if not cd.vagrantfile.exists() or cd.vagrantfile.read_text() != text:
                 atomic_write(cd.vagrantfile, text)
         if host.local:

@@ -93,19 +93,23 @@ class FakeStream:
 
 
 class FakeVol:
-    def __init__(self, xml, sent):
-        self.xml, self.sent = xml, sent
+    def __init__(self, xml, sent, folder):
+        self.xml, self.sent, self.folder = xml, sent, folder
 
     def upload(self, st, offset, length, flags):
         assert offset == 0
 
     def path(self):
-        return "/var/lib/libvirt/images/slurmlab/" + self.xml.split("<name>")[1].split("<")[0]
+        return f"{self.folder}/" + self.xml.split("<name>")[1].split("<")[0]
 
 
 class FakePool:
     def __init__(self, sent):
         self.sent, self.created = sent, []
+        self.target = "/var/lib/libvirt/images/slurmlab"
+
+    def XMLDesc(self, flags):
+        return f"<pool type='dir'><name>slurmlab</name><target><path>{self.target}</path></target></pool>"
 
     def refresh(self, flags):
         pass
@@ -115,7 +119,7 @@ class FakePool:
 
     def createXML(self, xml, flags):
         self.created.append(xml)
-        return FakeVol(xml, self.sent)
+        return FakeVol(xml, self.sent, self.target)
 
 
 class FakeConn:
@@ -199,3 +203,21 @@ def test_a_remote_hosts_vagrantfile_names_no_path_of_this_machine(lab_home, tmp_
 def test_a_quote_in_a_proxy_command_is_refused():
     with pytest.raises(ValueError):
         _render(proxy_command='ssh "x" -W %h:%p')
+
+
+def test_a_remote_pool_at_the_same_path_as_this_machines_is_the_remotes(lab_home, tmp_path, fake_libvirt):
+    """A remote whose pool folder has the name of this machine's pool folder holds the key there: that is no
+    path of this machine (the check leaves the remote's pool folder out), and anything else still is."""
+    from lab import paths
+
+    fake_libvirt.pool.target = str(paths.pool_dir())
+    key = tmp_path / "munge.key"
+    key.write_bytes(b"k" * 1024)
+    host = _remote(tmp_path, driver="qemu")
+    on = hostside.inputs(host, "far", key)
+    assert on.pool_path == str(paths.pool_dir()) and on.munge_key_file.startswith(str(paths.pool_dir()))
+    text = _render(emulator_path=None, munge_key_file=on.munge_key_file, uri=on.uri, proxy_command=on.proxy_command)
+    assert hostside.foreign_paths(text) and hostside.foreign_paths(text, theirs=on.pool_path) == []
+    hostside.refuse_foreign(host, text, on.pool_path)
+    bad = _render(munge_key_file=on.munge_key_file, uri=on.uri)  # the local TCG wrapper is still this machine's
+    assert hostside.foreign_paths(bad, theirs=on.pool_path)
