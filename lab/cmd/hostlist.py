@@ -128,7 +128,7 @@ def host_remove(name: str = typer.Argument(...), output: Output = OutputOpt) -> 
     on = placement.clusters_on(name)
     if on:
         raise Conflict(f"host {name} still holds cluster(s) {', '.join(on)}", "delete them first (slurmlab delete-cluster NAME)")
-    done = simulated.remove(name) if host.simulated else []
+    done = simulated.remove(name, host) if host.simulated else []
     if host.remote and not host.simulated:
         from lab.host import sshhost
 

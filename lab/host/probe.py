@@ -101,12 +101,12 @@ def probe(host: Host, box_name: str, box_bytes: int | None) -> HostReport:
     return rep
 
 
-MIN_REMOTE_LIBVIRT = 8_000_000  # <features><tcg><tb-cache> (hostside.TCG_FEATURES)
+MIN_REMOTE_LIBVIRT = 8_000_000  # <features><tcg><tb-cache> (lab.providers.hostside.TCG_FEATURES)
 
 
 def _remote_ok(host: Host, conn, rep: HostReport) -> bool:
     """What a remote host needs beyond a libvirtd that answers; False (rep says why) when it lacks it."""
-    from lab.providers import hostside
+    from lab.host import caps
 
     rep.remote = True
     version = conn.getLibVersion()
@@ -114,9 +114,8 @@ def _remote_ok(host: Host, conn, rep: HostReport) -> bool:
         rep.problem = f"libvirt {version // 1_000_000}.{version // 1000 % 1000} on {host.name} is older than 8.0"
         rep.fix = "upgrade libvirt there (Debian 12 has 9.0): its domain XML must cap TCG's cache"
         return False
-    rep.driver = hostside.driver_of(host, conn)
-    caps = conn.getCapabilities()
-    if hostside.confined(caps):
+    rep.driver = caps.driver_of(host, conn)
+    if caps.confined(conn.getCapabilities()):
         rep.notes.append("qemu is confined there (AppArmor/SELinux): nodes get the munge key from Ansible after "
                          "boot, not at boot")
     if rep.driver == "qemu":

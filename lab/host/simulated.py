@@ -125,13 +125,12 @@ def _ensure_pool(host: Host, pool_dir: Path) -> None:
         conn.close()
 
 
-def stop(name: str, *, force: bool = False) -> list[str]:
-    """Stop the simulated host's daemons. Refuses while it has domains unless `force` (a test that
-    takes the host away from under its clusters; their VMs are then ended by `purge`)."""
-    from lab.host import rig
-
+def stop(name: str, *, force: bool = False, host: Host | None = None) -> list[str]:
+    """Stop the simulated host's daemons (`host`: its entry, default the one `start` makes). Refuses while
+    it has domains unless `force` (a test that takes the host away from under its clusters; their VMs are
+    then ended by `purge`)."""
     done = []
-    host = rig.host(name) if rig.info(name) else Host(name, uri(name), netns(name), simulated=True)
+    host = host or Host(name, uri(name), netns(name), simulated=True)
     if pid(name) and not force:
         conn = host.connect()
         try:
@@ -156,14 +155,14 @@ def stop(name: str, *, force: bool = False) -> list[str]:
     return done
 
 
-def remove(name: str) -> list[str]:
+def remove(name: str, host: Host | None = None) -> list[str]:
     """Stop the daemons (refused while domains exist), end what is left in the namespace (dnsmasq,
-    qemu of a host stopped by force), remove the namespace and the folder."""
-    from lab.host import rig, sshhost
+    qemu of a host stopped by force), remove the namespace and the folder (and a remote's ssh files)."""
+    from lab.host import sshhost
 
-    if rig.info(name):
-        sshhost.close(rig.host(name))
-    done = stop(name)
+    done = stop(name, host=host)
+    if host is not None and host.remote:
+        sshhost.close(host)
     sshhost.forget(name)
     ns = netns(name)
     if Path("/run/netns", ns).exists():

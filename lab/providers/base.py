@@ -310,3 +310,15 @@ class Placement(ABC):
 # The engine's coroutine face, and the blocking methods behind it (tests check both providers).
 ENGINE_METHODS = ("allocate", "prepare_async", "observe_async", "ensure_async", "reboot_async", "remove_async",
                   "delete_cluster_async", "stop_async")
+
+
+def cluster_of(dom) -> str | None:
+    """The cluster a domain belongs to, from the description slurmlab's Vagrantfile sets."""
+    import xml.etree.ElementTree as ET
+
+    try:
+        desc = ET.fromstring(dom.XMLDesc(0)).findtext("description") or ""
+    except Exception:  # noqa: BLE001 - a domain vanishing mid-listing
+        return None
+    prefix = "slurmlab cluster="
+    return desc[len(prefix):].strip() if desc.startswith(prefix) else None

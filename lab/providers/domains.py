@@ -8,20 +8,9 @@ import re
 import time
 
 from lab.providers import placement
+from lab.providers.base import cluster_of
 
 log = logging.getLogger(__name__)
-
-
-def cluster_of(dom) -> str | None:
-    """The cluster a domain belongs to, from the description slurmlab's Vagrantfile sets."""
-    import xml.etree.ElementTree as ET
-
-    try:
-        desc = ET.fromstring(dom.XMLDesc(0)).findtext("description") or ""
-    except Exception:  # noqa: BLE001 - a domain vanishing mid-listing
-        return None
-    prefix = "slurmlab cluster="
-    return desc[len(prefix):].strip() if desc.startswith(prefix) else None
 
 
 def purge(cluster: str, name: str) -> None:

@@ -163,7 +163,7 @@ def _undo(conn, name: str, overlay: Path) -> None:
 
 def fork_xml(template_xml: str, *, cluster: str, name: str, mac: str, disk: Path, network: str) -> tuple[str, str]:
     """A fork's domain XML from the template's saved one: its own name, UUID, MAC, disk and network, the
-    cluster's description (lab.providers.domains.cluster_of), no padding. Returns (xml, uuid)."""
+    cluster's description (lab.providers.base.cluster_of), no padding. Returns (xml, uuid)."""
     root_el = ET.fromstring(template_xml)
     new_uuid = str(uuid.uuid4())
     root_el.find("name").text = name

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab import paths, secrets, settings
+from lab.host.caps import confined, driver_of, qemu_owner
 
 TB_CACHE_MIB = 128  # as the local wrapper's tb-size (docs/adr/0001 #3)
 # vagrant-libvirt writes each `features` string raw as `<STRING/>` (templates/domain.xml.erb), so one
@@ -46,35 +47,6 @@ class LaunchInputs:
 
 def munge_volume(cluster: str) -> str:
     return f"{cluster}-munge.key"
-
-
-def driver_of(host, conn) -> str:
-    """The domain type on `host`: the host's setting, SLURMLAB_DRIVER, else kvm when its libvirt offers it."""
-    if host.driver or settings.DRIVER.get():
-        return host.driver or settings.DRIVER.get()
-    import libvirt
-
-    try:
-        conn.getDomainCapabilities(None, "x86_64", None, "kvm", 0)
-        return "kvm"
-    except libvirt.libvirtError:
-        return "qemu"
-
-
-def confined(caps_xml: str) -> bool:
-    """Whether the host's qemu runs under AppArmor or SELinux (its capabilities' secmodels)."""
-    return any((m.findtext("model") or "") in ("apparmor", "selinux") for m in ET.fromstring(caps_xml).iter("secmodel"))
-
-
-def qemu_owner(caps_xml: str) -> tuple[int, int]:
-    """uid, gid of the host's qemu processes: the dac secmodel's `<baselabel type='qemu'>+UID:+GID`."""
-    for m in ET.fromstring(caps_xml).iter("secmodel"):
-        if m.findtext("model") == "dac":
-            for b in m.findall("baselabel"):
-                if b.get("type") == "qemu" and b.text:
-                    u, g = b.text.split(":")
-                    return int(u.lstrip("+")), int(g.lstrip("+"))
-    return 0, 0
 
 
 def upload_munge_key(host, conn, cluster: str, key: bytes) -> str | None:

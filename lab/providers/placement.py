@@ -4,21 +4,26 @@ with the most room (free memory first, then CPUs); remembered in the cluster's f
 A cluster stays on one host: its VM network (bridge, dnsmasq) is that host's, so its machines
 could not reach a machine elsewhere. Room on a host = what libvirt reports free there, less the
 reserve the host keeps for itself, capped by the lab's limit for it (`slurmlab host limit`) less
-the memory of the lab's domains already there.
+the memory of the lab's domains already there and what the clusters placed there claim and have not
+started yet (the second line of their `host` file: a room of students creating at once must not all
+land on the host that looked emptiest before any of them booted).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from lab.errors import NotFound
 from lab.host import registry
 from lab.host.registry import HOST_RESERVE_MIB, Host, available_mib
+from lab.providers.base import cluster_of
 from lab.workspace import ClusterDir
 
 log = logging.getLogger(__name__)
+_placing = threading.Lock()  # one choice at a time: each sees the claims of the ones before
 
 
 @dataclass
@@ -52,12 +57,19 @@ def room(host: Host) -> Room:
     try:
         free = available_mib(conn) - HOST_RESERVE_MIB
         used_mib = used_cpus = 0
+        started: dict[str | None, int] = {}  # cluster -> MiB of its running domains
+        claims = _claims(host.name)
         for dom in conn.listAllDomains():
             if dom.isActive():
                 _, _, mem_kib, vcpus, _ = dom.info()
                 used_mib += mem_kib // 1024
                 used_cpus += vcpus
-        mem = free if host.memory_mib is None else min(free, host.memory_mib - used_mib)
+                if claims:
+                    c = cluster_of(dom)
+                    started[c] = started.get(c, 0) + mem_kib // 1024
+        pending = sum(max(0, mib - started.get(c, 0)) for c, mib in claims.items())
+        free -= pending
+        mem = free if host.memory_mib is None else min(free, host.memory_mib - used_mib - pending)
         cpus = None if host.cpus is None else host.cpus - used_cpus
         return Room(host.name, max(mem, 0), cpus)
     except libvirt.libvirtError as e:
@@ -72,9 +84,31 @@ def _file(cluster: str):
 
 def placed(cluster: str) -> str | None:
     try:
-        return _file(cluster).read_text().strip() or None
+        return (_file(cluster).read_text().split() or [None])[0]
     except OSError:
         return None
+
+
+def _record(cluster: str, host: str, memory_mib: int) -> None:
+    from lab.osutil import atomic_write
+
+    atomic_write(_file(cluster), f"{host}\n{memory_mib}\n")
+
+
+def _claims(host: str) -> dict[str, int]:
+    """MiB each cluster placed on `host` was placed for (its `host` file's second line)."""
+    from lab import paths
+
+    out = {}
+    root = paths.home() / "clusters"
+    for f in root.glob("*/host") if root.exists() else []:
+        try:
+            words = f.read_text().split()
+        except OSError:
+            continue
+        if len(words) == 2 and words[0] == host and words[1].isdigit():
+            out[f.parent.name] = int(words[1])
+    return out
 
 
 def host_of(cluster: str) -> Host:
@@ -93,10 +127,18 @@ def place(cluster: str, memory_mib: int, cpus: int) -> Host:
     """The cluster's host: the recorded one, else the one `choose` picks (recorded now). With no
     host that has room, the one with the most free memory: its nodes then wait for room as
     capacity shortages do (InsufficientCapacity, retried)."""
-    from lab.osutil import atomic_write
+    with _placing:
+        if placed(cluster) is not None:
+            host = host_of(cluster)
+            if _claims(host.name).get(cluster) != memory_mib:  # the cluster grew or shrank: its claim follows
+                _record(cluster, host.name, memory_mib)
+            return host
+        chosen = _choose_host(cluster, memory_mib, cpus)
+        _record(cluster, chosen.name, memory_mib)
+        return chosen
 
-    if placed(cluster) is not None:
-        return host_of(cluster)
+
+def _choose_host(cluster: str, memory_mib: int, cpus: int) -> Host:
     hosts = registry.all_hosts()
     if len(hosts) == 1:
         chosen = hosts[0]
@@ -108,7 +150,6 @@ def place(cluster: str, memory_mib: int, cpus: int) -> Host:
             pick = max(reachable, key=lambda r: r.memory_mib).host
             log.warning("no host has %d MiB free for cluster %s; placed on %s to wait for room", memory_mib, cluster, pick)
         chosen = next(h for h in hosts if h.name == pick)
-    atomic_write(_file(cluster), chosen.name + "\n")
     return chosen
 
 
@@ -124,7 +165,7 @@ def rehome(cluster: str, memory_mib: int, cpus: int) -> Host | None:
         return None
     left = abandoned(cluster)
     atomic_write(_file(cluster).with_name("abandoned"), "".join(f"{h}\n" for h in sorted({*left, old})))
-    atomic_write(_file(cluster), pick + "\n")
+    _record(cluster, pick, memory_mib)
     return next(h for h in others if h.name == pick)
 
 
@@ -155,7 +196,7 @@ def clusters_on(name: str) -> list[str]:
     out = []
     for d in sorted(root.iterdir()) if root.exists() else []:
         f = d / "host"
-        hname = f.read_text().strip() if f.exists() else registry.LOCAL
+        hname = (f.read_text().split() or [registry.LOCAL])[0] if f.exists() else registry.LOCAL
         if d.is_dir() and hname == name and (d / "Vagrantfile").exists():
             out.append(d.name)
     return out

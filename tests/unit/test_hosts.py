@@ -148,6 +148,39 @@ def test_a_cluster_is_placed_once_where_there_is_room(lab_home, monkeypatch):
     assert placement.place("big", 9000, 1).name == "local"
 
 
+class _NamedDom(_Dom):
+    def __init__(self, cluster, mem_mib):
+        super().__init__(mem_mib, 1)
+        self.cluster = cluster
+
+    def XMLDesc(self, flags):
+        return f"<domain><description>slurmlab cluster={self.cluster}</description></domain>"
+
+
+def test_clusters_created_at_once_spread_by_what_the_ones_before_claim(lab_home, monkeypatch):
+    """A room creating at once: before any VM of the first cluster runs, the second is placed as if the
+    first's memory were taken already; a running cluster's memory is not counted twice."""
+    from lab.workspace import ClusterDir
+
+    registry.add(Host("h2", "qemu+unix:///system?socket=/x/sock", "slurmlab-h2"))
+    doms = {"local": [], "h2": []}
+    # what libvirt reports free drops by what the running domains take
+    monkeypatch.setattr(Host, "connect", lambda self: _Conn(5000 + registry.HOST_RESERVE_MIB - sum(d.mem for d in doms[self.name]),
+                                                            doms[self.name]))
+    for c in ("a", "b", "c"):
+        ClusterDir(c).create()
+    assert placement.place("a", 2000, 2).name == "local"  # a tie goes to the first listed
+    assert placement.room(registry.get("local")).memory_mib == 3000
+    assert placement.place("b", 2000, 2).name == "h2"  # local has a's claim against it
+    doms["local"] = [_NamedDom("a", 1200)]  # a's controller runs: the rest of its claim is still pending
+    assert placement.room(registry.get("local")).memory_mib == 5000 - 2000
+    doms["local"] = [_NamedDom("a", 1000), _NamedDom("a", 1000)]  # all of it runs: counted once
+    assert placement.room(registry.get("local")).memory_mib == 5000 - 2000
+    # the claim follows the cluster's size (a later prepare with more nodes)
+    assert placement.place("b", 3000, 3).name == "h2" and placement.room(registry.get("h2")).memory_mib == 2000
+    assert placement.placed("b") == "h2" and placement.clusters_on("h2") == []  # no Vagrantfile yet
+
+
 def test_what_a_cluster_left_on_a_lost_host_goes_and_nothing_else(monkeypatch):
     """domains.purge_cluster_on: the cluster's domains (any state), their disks, its state disk and its
     network go; another cluster whose name starts the same keeps everything, and so does the box."""

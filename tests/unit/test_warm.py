@@ -14,7 +14,7 @@ import pytest
 
 from lab.providers import savefile, templates
 from lab.providers.base import ClusterNet, MachineSpec, Start, start_of
-from lab.providers.domains import cluster_of
+from lab.providers.base import cluster_of
 from lab.providers.fork import Identity, fork_of, fork_xml, identity_archive
 
 XML = "<domain type='qemu'><name>slurmlab-template-x</name><uuid>u</uuid></domain>"
