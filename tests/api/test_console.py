@@ -41,6 +41,7 @@ def text_of(dom: str) -> str:
 
 def test_console_shows_the_lab_and_follows_it_live(api, tmp_path, monkeypatch):
     seed_cluster(api.store, "demo", computes=3, pending=1)
+    api.store.update_cluster("demo", host="lab-b")  # placed on another host (docs/workshop.md §10)
     api.store.set_capacity("ml.c5.large", 2)
 
     # The first time the page polls, capacity arrives: the last compute node joins while it watches.
@@ -62,7 +63,7 @@ def test_console_shows_the_lab_and_follows_it_live(api, tmp_path, monkeypatch):
     assert polled.is_set()
     text = text_of(dom)
     assert 'data-clusters="1"' in dom
-    assert 'data-cluster="demo"' in dom and "Continuous" in text
+    assert 'data-cluster="demo"' in dom and "Continuous" in text and "on host lab-b" in text
     # groups with current / target and status, after the live update
     row = re.search(r'<tr data-group="compute">(.*?)</tr>', dom).group(1)
     assert "3 / 3" in text_of(row) and 'data-status="InService"' in row
