@@ -142,44 +142,9 @@ def start(name: str) -> Host:
         Path("/var/cache/libvirt").mkdir(parents=True, exist_ok=True)
         run([*enter, "sh", "-ec", "\n".join(script)])
     h = host(name)
-    _wait(h)
-    _ensure_pool(h)
+    simulated.wait_for(h, f"{d}/log/sshd.log and {d}/log/libvirtd.log", timeout=40)
+    simulated.ensure_pool(h, POOL_PATH)
     return h
-
-
-def _wait(h: Host, timeout: float = 40.0) -> None:
-    import time
-
-    import libvirt
-
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            h.connect().close()
-            return
-        except libvirt.libvirtError as e:
-            if time.monotonic() > deadline:
-                raise HostError(f"the remote rig {h.name} did not answer on {h.uri}: {e.get_error_message()}",
-                                f"look at {simulated.folder(h.name)}/log/sshd.log and libvirtd.log") from None
-            time.sleep(0.5)
-
-
-def _ensure_pool(h: Host) -> None:
-    import libvirt
-
-    conn = h.connect()
-    try:
-        try:
-            pool = conn.storagePoolLookupByName(h.pool)
-        except libvirt.libvirtError:
-            pool = conn.storagePoolDefineXML(
-                f"<pool type='dir'><name>{h.pool}</name><target><path>{POOL_PATH}</path></target></pool>", 0)
-            pool.setAutostart(1)
-        if not pool.isActive():
-            pool.create(0)
-        pool.refresh(0)
-    finally:
-        conn.close()
 
 
 def on_rig(name: str, command: str, timeout: float = 30) -> subprocess.CompletedProcess:

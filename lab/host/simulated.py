@@ -87,12 +87,13 @@ def start(name: str) -> Host:
         Path("/var/cache/libvirt").mkdir(parents=True, exist_ok=True)
         run(["ip", "netns", "exec", ns, "unshare", "--mount", "--propagation", "private", "sh", "-ec", "\n".join(mounts)])
     host = Host(name, uri(name), ns, simulated=True, pool=libvirtd.POOL)
-    _wait(host)
-    _ensure_pool(host, d / "pool")
+    wait_for(host, f"{d}/log/libvirtd.log")
+    ensure_pool(host, d / "pool")
     return host
 
 
-def _wait(host: Host, timeout: float = 30.0) -> None:
+def wait_for(host: Host, logs: str, timeout: float = 30.0) -> None:
+    """Until the simulated host's libvirtd answers; HostError naming `logs` after `timeout` s."""
     import libvirt
 
     deadline = time.monotonic() + timeout
@@ -103,11 +104,12 @@ def _wait(host: Host, timeout: float = 30.0) -> None:
         except libvirt.libvirtError as e:
             if time.monotonic() > deadline:
                 raise HostError(f"the simulated host {host.name}'s libvirtd did not answer on {host.uri}: "
-                                f"{e.get_error_message()}", f"look at {folder(host.name)}/log/libvirtd.log") from None
+                                f"{e.get_error_message()}", f"look at {logs}") from None
             time.sleep(0.3)
 
 
-def _ensure_pool(host: Host, pool_dir: Path) -> None:
+def ensure_pool(host: Host, pool_dir: Path | str) -> None:
+    """The lab's storage pool on the host, at `pool_dir` (a path as that host sees it), started."""
     import libvirt
 
     conn = host.connect()
