@@ -116,11 +116,22 @@ def ansible_runs(engine_log: Path, host_of: dict[str, str]) -> dict:
     return runs
 
 
-def main() -> int:
+def _interrupt(*_) -> None:
+    raise KeyboardInterrupt  # SIGTERM as Ctrl-C: the teardown below still runs
+
+
+def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--students", type=int, default=2)
-    ap.add_argument("--timeout", type=float, default=1800)
-    a = ap.parse_args()
+    ap.add_argument("--students", type=int, default=2, help="students (clusters), spread over local and room-b")
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds a student waits for a first job")
+    a = ap.parse_args(argv)
+    if a.students < 2:
+        ap.error("--students must be 2 or more: one cluster per host at least")
+    return a
+
+
+def main() -> int:
+    a = parse_args()
     home = Path(tempfile.mkdtemp(prefix="slurmlab-bench-room-"))
     os.environ["SLURMLAB_HOME"] = str(home)
     say(f"SLURMLAB_HOME={home}")
@@ -129,7 +140,7 @@ def main() -> int:
                     "date": time.strftime("%Y-%m-%dT%H:%M:%S")}
     server = None
     failures: list[str] = []
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         t = time.monotonic()
         sl("host", "simulate", REMOTE, "--remote")

@@ -37,8 +37,8 @@ from lab.providers.base import Start
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench"
 SCRIPTS = ["engine_scale", "api_latency", "cluster_timeline", "checkpoint_restore", "faults", "naive", "phases",
-           "timeline_png"]
-CLI_SCRIPTS = ["engine_scale", "api_latency", "cluster_timeline", "checkpoint_restore", "faults"]
+           "timeline_png", "room"]
+CLI_SCRIPTS = ["engine_scale", "api_latency", "cluster_timeline", "checkpoint_restore", "faults", "room"]
 
 
 def test_every_bench_script_is_covered_here():
@@ -186,7 +186,7 @@ def cli_problems(source: str, where: str = "<source>") -> list[str]:
     return problems if seen or "sl(" not in source else [f"{where}: no slurmlab command found"]
 
 
-@pytest.mark.parametrize("name", ["cluster_timeline", "checkpoint_restore", "faults"])
+@pytest.mark.parametrize("name", ["cluster_timeline", "checkpoint_restore", "faults", "room"])
 def test_the_slurmlab_commands_a_script_runs_exist(name):
     path = BENCH / f"{name}.py"
     assert list(_cli_invocations(path.read_text())), "the script runs slurmlab commands: the scan must see them"
@@ -682,3 +682,29 @@ def test_cluster_timeline_main_stops_at_ctrl_c(tmp_path, monkeypatch, capsys):
     assert e.value.code == 130 and ran == ["warm"]
     result = json.loads(capsys.readouterr().out)
     assert result["warm"]["error"] == "interrupted (SIGTERM)" and result["cold"] is None and result["naive"] is None
+
+
+# ------------------------------------------------------------------------------------ room.py
+def test_room_reads_each_ansible_run_by_playbook_and_host(tmp_path):
+    from bench import room
+
+    log = tmp_path / "engine.log"
+    log.write_text(
+        "2026-12-04 13:54:53,494 lab.configure.runner INFO nodes.yml limit=['room1-compute-1'] ok=True changed={'room1-compute-1': 4} 71.1s\n"
+        "2026-12-04 13:55:54,154 lab.configure.runner INFO controller.yml limit=['room2-controller-1'] ok=True changed={} 133.5s\n"
+        "2026-12-04 13:56:29,881 lab.configure.runner INFO join.yml limit=['room1-controller-1', 'room1-compute-1'] ok=True changed={} 34.4s\n"
+        "2026-12-04 13:56:40,569 lab.configure.runner INFO nodes.yml limit=['room2-compute-1'] ok=True changed={} 64.5s\n"
+        "2026-12-04 13:56:41,000 lab.configure.runner INFO nodes.yml limit=['other-compute-1'] ok=True changed={} 9.0s\n"
+        "2026-12-04 13:56:42,000 lab.configure.runner INFO nodes.yml limit=['room1-compute-1'] ok=False changed={} 5.0s\n")
+    runs = room.ansible_runs(log, {"room1": "local", "room2": "room-b"})
+    assert runs == {"nodes.yml": {"local": [71.1], "room-b": [64.5]}, "controller.yml": {"room-b": [133.5]},
+                    "join.yml": {"local": [34.4]}}
+    assert room.parse_args([]).students == 2
+    with pytest.raises(SystemExit):
+        room.parse_args(["--students", "1"])
+    req = room.request("room1")
+    assert [g["InstanceCount"] for g in req["InstanceGroups"]] == [1, 1]
+    from lab.spec.catalog import Catalog
+
+    cat = Catalog.load()  # the host limits are sized from it: a changed shape must change the bench too
+    assert sum(cat.size(g["InstanceType"]).memory_mib for g in req["InstanceGroups"]) == room.CLUSTER_MIB
