@@ -19,6 +19,7 @@ in the lines only this machine reads (the key Vagrant logs in with, the libvirt 
 from __future__ import annotations
 
 import re
+import threading
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,7 @@ TB_CACHE_MIB = 128  # as the local wrapper's tb-size (docs/adr/0001 #3)
 # vagrant-libvirt writes each `features` string raw as `<STRING/>` (templates/domain.xml.erb), so one
 # string can carry the element that has no setting of its own; the first and last tags close around it
 TCG_FEATURES = ["acpi", "apic", f"tcg><tb-cache unit='MiB'>{TB_CACHE_MIB}</tb-cache></tcg><pae"]
+_uploading = threading.Lock()
 CLIENT_SIDE = re.compile(r"^\s*(config\.ssh\.private_key_path|lv\.uri|lv\.proxy_command)\s*=")
 
 
@@ -52,14 +54,19 @@ def munge_volume(cluster: str) -> str:
 def upload_munge_key(host, conn, cluster: str, key: bytes) -> str | None:
     """The key as a volume of the host's pool (replaced when it differs); its path on the host, or None
     when the host confines qemu."""
-    import libvirt
-
     caps = conn.getCapabilities()
     if confined(caps):
         return None
     pool = conn.storagePoolLookupByName(host.pool)
     pool.refresh(0)
-    name = munge_volume(cluster)
+    uid, gid = qemu_owner(caps)
+    with _uploading:  # one prepare of the cluster at a time makes it (the next finds it made)
+        return _upload(conn, pool, munge_volume(cluster), key, uid, gid)
+
+
+def _upload(conn, pool, name: str, key: bytes, uid: int, gid: int) -> str:
+    import libvirt
+
     try:
         vol = pool.storageVolLookupByName(name)
         if vol.info()[1] == len(key) and _download(conn, vol) == key:
@@ -67,7 +74,6 @@ def upload_munge_key(host, conn, cluster: str, key: bytes) -> str | None:
         vol.delete(0)
     except libvirt.libvirtError:
         pass
-    uid, gid = qemu_owner(caps)
     vol = pool.createXML(f"<volume><name>{name}</name><capacity unit='bytes'>{len(key)}</capacity>"
                          f"<target><format type='raw'/><permissions><mode>0400</mode><owner>{uid}</owner>"
                          f"<group>{gid}</group></permissions></target></volume>", 0)

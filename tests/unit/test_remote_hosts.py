@@ -105,7 +105,7 @@ class FakeVol:
 
 class FakePool:
     def __init__(self, sent):
-        self.sent, self.created = sent, []
+        self.sent, self.created, self.existing = sent, [], {}
         self.target = "/var/lib/libvirt/images/slurmlab"
 
     def XMLDesc(self, flags):
@@ -115,7 +115,9 @@ class FakePool:
         pass
 
     def storageVolLookupByName(self, name):
-        raise FakeLibvirtError(name)
+        if name not in self.existing:
+            raise FakeLibvirtError(name)
+        return self.existing[name]
 
     def createXML(self, xml, flags):
         self.created.append(xml)
@@ -221,3 +223,41 @@ def test_a_remote_pool_at_the_same_path_as_this_machines_is_the_remotes(lab_home
     hostside.refuse_foreign(host, text, on.pool_path)
     bad = _render(munge_key_file=on.munge_key_file, uri=on.uri)  # the local TCG wrapper is still this machine's
     assert hostside.foreign_paths(bad, theirs=on.pool_path)
+
+
+class _KeptVol:
+    """A key volume already on the host: what a download of it gives."""
+
+    def __init__(self, data, deleted):
+        self.data, self.deleted = data, deleted
+
+    def info(self):
+        return [0, len(self.data), len(self.data)]
+
+    def download(self, st, offset, length, flags):
+        st.data = self.data
+
+    def path(self):
+        return "/var/lib/libvirt/images/slurmlab/far-munge.key"
+
+    def delete(self, flags):
+        self.deleted.append(True)
+
+
+def test_the_key_is_uploaded_once_and_replaced_when_it_differs(lab_home, tmp_path, fake_libvirt, monkeypatch):
+    class Stream(FakeStream):
+        def recv(self, n):
+            out, self.data = getattr(self, "data", b""), b""
+            return out
+
+    monkeypatch.setattr(FakeConn, "newStream", lambda self, flags: Stream(self.sent))
+    key = tmp_path / "munge.key"
+    key.write_bytes(b"a" * 1024)
+    deleted: list = []
+    fake_libvirt.pool.existing["far-munge.key"] = _KeptVol(b"a" * 1024, deleted)
+    host = _remote(tmp_path, driver="qemu")
+    assert hostside.inputs(host, "far", key).munge_key_file.endswith("/far-munge.key")
+    assert fake_libvirt.sent == [] and fake_libvirt.pool.created == [] and deleted == []  # the same key: kept
+    fake_libvirt.pool.existing["far-munge.key"] = _KeptVol(b"b" * 1024, deleted)  # another cluster's, by that name
+    hostside.inputs(host, "far", key)
+    assert deleted == [True] and fake_libvirt.sent == [b"a" * 1024] and len(fake_libvirt.pool.created) == 1
