@@ -37,7 +37,7 @@ def _line(rep, clusters: list[str]) -> None:
     out.print(f"{rep.name}  {rep.uri}\n  memory {rep.memory_free_mib}/{rep.memory_total_mib} MiB free{limit}, "
               f"cpus {rep.cpus}{cpus}, pool {rep.pool_free_gib} GiB free, box {rep.box or '-'}\n"
               f"  clusters: {', '.join(clusters) or '-'}"
-              + (f"\n  remote over ssh, domain type {rep.driver}" if rep.remote and rep.reachable else "")
+              + (f"\n  remote over ssh, domain type {rep.driver}" if rep.driver else "")
               + "".join(f"\n  note: {n}" for n in rep.notes)
               + (f"\n  [yellow]{rep.problem}[/yellow] fix: {rep.fix}" if rep.problem else ""),
               highlight=False, markup=True)

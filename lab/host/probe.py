@@ -114,6 +114,13 @@ def _remote_ok(host: Host, conn, rep: HostReport) -> bool:
         rep.problem = f"libvirt {version // 1_000_000}.{version // 1000 % 1000} on {host.name} is older than 8.0"
         rep.fix = "upgrade libvirt there (Debian 12 has 9.0): its domain XML must cap TCG's cache"
         return False
+    from lab.host import sshhost
+
+    why = sshhost.forwards(host)
+    if why:
+        rep.problem = f"ssh to {host.name} does not forward connections (ssh -W), so its VMs cannot be reached: {why}"
+        rep.fix = "set `AllowTcpForwarding yes` in that machine's /etc/ssh/sshd_config and restart sshd"
+        return False
     rep.driver = caps.driver_of(host, conn)
     if caps.confined(conn.getCapabilities()):
         rep.notes.append("qemu is confined there (AppArmor/SELinux): nodes get the munge key from Ansible after "

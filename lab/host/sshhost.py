@@ -104,6 +104,20 @@ def run(host, command: str, timeout: float = 30) -> subprocess.CompletedProcess:
         return subprocess.CompletedProcess([], 124, "", f"no answer from {target} in {timeout:g} s")
 
 
+def forwards(host, timeout: float = 15) -> str:
+    """'' when the host forwards a connection (`ssh -W`, how its VMs are reached) to its own sshd, else
+    what ssh said."""
+    target, _ = _target(host)
+    try:
+        p = subprocess.run([to_host(host), "-W", f"{host.ssh[1]}:22", target], capture_output=True, timeout=timeout,
+                           stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return f"no answer through {target} in {timeout:g} s"
+    if p.stdout.startswith(b"SSH-"):
+        return ""
+    return p.stderr.decode(errors="replace").strip() or f"ssh -W exited {p.returncode} without a banner"
+
+
 def accept_key(host, timeout: float = 20) -> str:
     """Record the host's current key in the lab's known_hosts (`host add --accept-host-key`); its line."""
     _, address, _ = host.ssh

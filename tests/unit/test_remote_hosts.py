@@ -261,3 +261,18 @@ def test_the_key_is_uploaded_once_and_replaced_when_it_differs(lab_home, tmp_pat
     fake_libvirt.pool.existing["far-munge.key"] = _KeptVol(b"b" * 1024, deleted)  # another cluster's, by that name
     hostside.inputs(host, "far", key)
     assert deleted == [True] and fake_libvirt.sent == [b"a" * 1024] and len(fake_libvirt.pool.created) == 1
+
+
+@pytest.mark.parametrize("says,problem", [
+    ("printf 'SSH-2.0-OpenSSH_9.2\\r\\n'", ""),
+    ("echo 'Stdio forwarding request failed: Session open refused by peer' >&2; exit 255", "Session open refused"),
+])
+def test_a_host_that_does_not_forward_is_named(lab_home, tmp_path, monkeypatch, says, problem):
+    """Its VMs are reached by `ssh -W` through it: the probe asks it to forward to its own sshd."""
+    fake = tmp_path / "ssh-to-far"
+    fake.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path}/args\n{says}\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(sshhost, "to_host", lambda host: str(fake))
+    got = sshhost.forwards(_remote(tmp_path))
+    assert (problem in got) if problem else got == ""
+    assert (tmp_path / "args").read_text().split() == ["-W", "10.212.1.2:22", "root@10.212.1.2"]
