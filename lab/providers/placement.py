@@ -46,8 +46,9 @@ def choose(memory_mib: int, cpus: int, rooms: Sequence[Room]) -> str | None:
     return max(fits, key=lambda r: (r.memory_mib, r.cpus if r.cpus is not None else 1 << 20, -order[r.host])).host
 
 
-def room(host: Host) -> Room:
-    """What the lab may still start on `host` (asks its libvirtd)."""
+def room(host: Host, cluster: str | None = None) -> Room:
+    """What the lab may still start on `host` (asks its libvirtd); for `cluster`, its own claim left out
+    (what it claimed is what its nodes take when they start)."""
     import libvirt
 
     try:
@@ -58,7 +59,7 @@ def room(host: Host) -> Room:
         free = available_mib(conn) - HOST_RESERVE_MIB
         used_mib = used_cpus = 0
         started: dict[str | None, int] = {}  # cluster -> MiB of its running domains
-        claims = _claims(host.name)
+        claims = {c: mib for c, mib in _claims(host.name).items() if c != cluster}
         for dom in conn.listAllDomains():
             if dom.isActive():
                 _, _, mem_kib, vcpus, _ = dom.info()

@@ -200,7 +200,7 @@ class VagrantProvider(Provider, Checkpoints, Placement):
             self.warm.reboot(cluster, machine.name, machine.address)  # a fork left shut off: its own disk boots
             return Observed(machine.name, "running", machine.address)
         if machine.name not in present:
-            room = placement.room(host)
+            room = placement.room(host, cluster)
             if room.memory_mib < machine.memory_mib:
                 raise LaunchError(f"InsufficientCapacity: host {host.name} has {room.memory_mib} MiB free for VMs "
                                   f"({registry.HOST_RESERVE_MIB} MiB kept for the host{', and the lab limit' if host.memory_mib else ''}); "

@@ -172,6 +172,8 @@ def test_clusters_created_at_once_spread_by_what_the_ones_before_claim(lab_home,
     assert placement.place("a", 2000, 2).name == "local"  # a tie goes to the first listed
     assert placement.room(registry.get("local")).memory_mib == 3000
     assert placement.place("b", 2000, 2).name == "h2"  # local has a's claim against it
+    # a's own nodes find a's claim theirs: they may start (5000 free for them, not 3000)
+    assert placement.room(registry.get("local"), "a").memory_mib == 5000
     doms["local"] = [_NamedDom("a", 1200)]  # a's controller runs: the rest of its claim is still pending
     assert placement.room(registry.get("local")).memory_mib == 5000 - 2000
     doms["local"] = [_NamedDom("a", 1000), _NamedDom("a", 1000)]  # all of it runs: counted once
