@@ -35,11 +35,25 @@ def _controller(ctx: ClusterContext):
     return next((n for n in ctx.nodes if types.get(n.grp) == "Controller"), None)
 
 
+def _control_folder(cluster: str) -> Path:
+    """Where the kept connections to the cluster's nodes live: one folder per lab home and way in (ssh,
+    ssh-slurmlab-h2, ssh-via-far: per host), as two clusters on two hosts may have the same addresses and
+    %C (a hash of address, port and user) would be the same. Short, under /tmp: a socket's path has 108
+    bytes, and ssh adds 17 to %C's 40 while it sets the master up (a pytest home's ssh/ssh/%C did not fit)."""
+    import hashlib
+    import os
+
+    tag = hashlib.sha256(f"{paths.home()}|{Path(cluster_ssh_exe(cluster)).name}".encode()).hexdigest()[:10]
+    folder = Path("/tmp") / f"slurmlab-cm-{os.getuid()}-{tag}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    st = folder.stat()
+    if st.st_uid != os.getuid() or st.st_mode & 0o077:  # not ours alone: never share masters through it
+        raise PermissionError(f"{folder} is not a 0700 folder of this user; remove it")
+    return folder
+
+
 def _shared_connection(cluster: str) -> list[str]:
-    # one folder per way in (ssh, ssh-slurmlab-h2, ssh-via-far: per host): two clusters on two hosts
-    # may have the same addresses, and %C (a hash of the address, port and user) would be the same
-    folder = paths.home() / "ssh" / Path(cluster_ssh_exe(cluster)).name
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    folder = _control_folder(cluster)
     # ServerAlive: a master whose VM went away (replaced, or restored from a checkpoint: the TCP
     # connection is dead, nothing says so) ends within ~15 s instead of hanging every later poll
     return ["-o", "ControlMaster=auto", "-o", f"ControlPath={folder}/%C", "-o", "ControlPersist=120",

@@ -276,3 +276,21 @@ def test_a_host_that_does_not_forward_is_named(lab_home, tmp_path, monkeypatch, 
     got = sshhost.forwards(_remote(tmp_path))
     assert (problem in got) if problem else got == ""
     assert (tmp_path / "args").read_text().split() == ["-W", "10.212.1.2:22", "root@10.212.1.2"]
+
+
+def test_kept_connections_to_nodes_fit_a_socket_path_and_are_apart_per_host(tmp_path, monkeypatch):
+    """A long lab home (pytest's) and a remote's wrapper name: the master's socket path, with the 17 bytes ssh
+    adds while setting it up, fits in 108; clusters on two hosts never share a folder."""
+    from lab.configure import slurmstate
+
+    home = tmp_path / ("h" * 60) / "slurmlab-home0"
+    monkeypatch.setenv("SLURMLAB_HOME", str(home))
+    ways = {"far": str(home / "bin" / "ssh-via-a-remote-host-name"), "class": str(home / "bin" / "ssh")}
+    monkeypatch.setattr(slurmstate, "cluster_ssh_exe", lambda cluster: ways[cluster])
+    far, local = slurmstate._control_folder("far"), slurmstate._control_folder("class")
+    assert far != local and far.parent == local.parent == Path("/tmp")
+    assert len(f"{far}/{'c' * 40}.{'r' * 16}") < 108
+    assert oct(far.stat().st_mode & 0o777) == "0o700"
+    opts = slurmstate._shared_connection("far")
+    assert f"ControlPath={far}/%C" in opts
+    far.rmdir(), local.rmdir()
