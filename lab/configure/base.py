@@ -13,6 +13,7 @@ node failed why); the engine marks those nodes Failure and retries them with bac
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lab.providers.base import in_thread
@@ -20,6 +21,27 @@ from lab.providers.base import in_thread
 if TYPE_CHECKING:
     from lab.configure.inventory import ClusterContext
     from lab.store.db import ClusterRow, GroupRow, NodeRow
+
+
+@dataclass(frozen=True)
+class Extension:
+    """What a configurer needs of an installed cluster extension: its name and version, its whole
+    configuration (the request's values merged over the defaults), the cluster's running nodes
+    (`members`, each a target of the collector) and which of them is the controller."""
+
+    name: str
+    version: str
+    config: dict
+    members: tuple[str, ...]
+    controller: str
+
+
+@dataclass
+class Probe:
+    """One look at an extension: members that do not answer (node -> why) and a metrics sample."""
+
+    unhealthy: dict[str, str] = field(default_factory=dict)
+    sample: dict | None = None
 
 
 class ConfigureError(Exception):
@@ -78,6 +100,31 @@ class Configurer(ABC):
     def take_down(self, ctx: ClusterContext | None, node: str, why: str) -> str:
         """Before a reboot or replace: the node DOWN in Slurm (its jobs end now); what went wrong."""
         return ""
+
+    # Cluster extensions (CreateClusterExtension, docs/adr/0017-cluster-extensions.md). Not abstract: a
+    # configurer without extensions (a test's fake) says so in every failure and probes nothing.
+    def extension_apply(self, ctx: ClusterContext | None, ext: Extension, targets: list[str]) -> dict[str, str]:
+        """Install or update `ext` on the `targets` nodes (all running, named in ext.members) and refresh
+        what the controller collects from (every member); node -> what failed (empty: all done)."""
+        return {n: "this configurer has no extensions" for n in targets}
+
+    def extension_remove(self, ctx: ClusterContext | None, ext: Extension, targets: list[str]) -> dict[str, str]:
+        """Stop and remove every part of `ext` on the `targets` nodes; node -> what failed."""
+        return {}
+
+    def extension_probe(self, ctx: ClusterContext | None, ext: Extension, faults: dict) -> Probe | None:
+        """One look at an installed extension: which members do not answer (node -> why) and one metrics
+        sample (lab/configure/metrics.py shape); None: nothing to look at."""
+        return None
+
+    async def extension_apply_async(self, ctx: ClusterContext | None, ext: Extension, targets: list[str]) -> dict[str, str]:
+        return await in_thread(_cluster(ctx), self.extension_apply, ctx, ext, targets)
+
+    async def extension_remove_async(self, ctx: ClusterContext | None, ext: Extension, targets: list[str]) -> dict[str, str]:
+        return await in_thread(_cluster(ctx), self.extension_remove, ctx, ext, targets)
+
+    async def extension_probe_async(self, ctx: ClusterContext | None, ext: Extension, faults: dict) -> Probe | None:
+        return await in_thread(_cluster(ctx), self.extension_probe, ctx, ext, faults)
 
     async def slurm_nodes_async(self, ctx: ClusterContext | None, faults: dict) -> tuple[dict, float] | None:
         return await in_thread(_cluster(ctx), self.slurm_nodes, ctx, faults)
