@@ -18,10 +18,11 @@ from dataclasses import asdict
 from pathlib import Path
 
 from lab.store import schema
-from lab.store.rows import JSON_COLUMNS, NODE_COLS, ClusterRow, EventRow, GroupRow, NodeRow, OperationRow, node_of, row_of
+from lab.store.rows import (JSON_COLUMNS, NODE_COLS, ClusterRow, EventRow, ExtensionRow, GroupRow, NodeRow, OperationRow,
+                            node_of, row_of)
 from lab.store.schema import SCHEMA_VERSION
 
-__all__ = ["SCHEMA_VERSION", "ClusterRow", "EventRow", "GroupRow", "NodeRow", "OperationRow", "Store"]
+__all__ = ["SCHEMA_VERSION", "ClusterRow", "EventRow", "ExtensionRow", "GroupRow", "NodeRow", "OperationRow", "Store"]
 
 
 def _insert(db: sqlite3.Connection, table: str, d: dict, verb: str = "INSERT") -> sqlite3.Cursor:
@@ -131,7 +132,7 @@ class Store:
 
     def delete_cluster(self, name: str) -> None:
         with self.tx() as db:
-            for t in ("nodes", "groups", "events", "operations"):
+            for t in ("nodes", "groups", "events", "operations", "extensions", "extension_samples"):
                 db.execute(f"DELETE FROM {t} WHERE cluster=?", (name,))
             db.execute("DELETE FROM clusters WHERE name=?", (name,))
 
@@ -291,3 +292,49 @@ class Store:
         with self._lock:
             r = self._db.execute("SELECT * FROM events WHERE cluster=? AND id=?", (cluster, event_id)).fetchone()
         return row_of(EventRow, r) if r else None
+
+    # ---------------------------------------------------------------- extensions (docs/adr/0017)
+    def add_extension(self, e: ExtensionRow) -> bool:
+        """Insert an extension; False (nothing written) when the cluster has one of that name already."""
+        with self.tx() as db:
+            d = {k: json.dumps(v) if k in JSON_COLUMNS else v for k, v in asdict(e).items()}
+            return _insert(db, "extensions", d, "INSERT OR IGNORE").rowcount > 0
+
+    def extension(self, cluster: str, name: str) -> ExtensionRow | None:
+        with self._lock:
+            r = self._db.execute("SELECT * FROM extensions WHERE cluster=? AND name=?", (cluster, name)).fetchone()
+        return row_of(ExtensionRow, r) if r else None
+
+    def extensions(self, cluster: str | None = None) -> list[ExtensionRow]:
+        """A cluster's extensions (every cluster's with None), oldest first."""
+        q, args = "SELECT * FROM extensions", ()
+        if cluster is not None:
+            q, args = q + " WHERE cluster=?", (cluster,)
+        with self._lock:
+            rows = self._db.execute(q + " ORDER BY created_at, rowid", args).fetchall()
+        return [row_of(ExtensionRow, r) for r in rows]
+
+    def update_extension(self, cluster: str, name: str, **vals) -> None:
+        vals = {k: json.dumps(v) if k in JSON_COLUMNS else v for k, v in vals.items()}
+        with self.tx() as db:
+            sets = ",".join(f"{k}=?" for k in vals)
+            db.execute(f"UPDATE extensions SET {sets} WHERE cluster=? AND name=?", (*vals.values(), cluster, name))
+
+    def delete_extension(self, cluster: str, name: str) -> None:
+        with self.tx() as db:
+            db.execute("DELETE FROM extensions WHERE cluster=? AND name=?", (cluster, name))
+
+    def add_extension_sample(self, cluster: str, sample: dict, keep: int = 120) -> None:
+        """Keep one metrics sample (docs/adr/0017's shape) of the cluster; only the newest `keep` stay."""
+        with self.tx() as db:
+            db.execute("INSERT INTO extension_samples (cluster, time, sample) VALUES (?,?,?)",
+                       (cluster, float(sample.get("time") or time.time()), json.dumps(sample)))
+            db.execute("DELETE FROM extension_samples WHERE cluster=? AND id NOT IN (SELECT id FROM extension_samples"
+                       " WHERE cluster=? ORDER BY id DESC LIMIT ?)", (cluster, cluster, max(0, int(keep))))
+
+    def extension_samples(self, cluster: str, limit: int = 120) -> list[dict]:
+        """The cluster's newest `limit` metrics samples, oldest first."""
+        with self._lock:
+            rows = self._db.execute("SELECT sample FROM extension_samples WHERE cluster=? ORDER BY id DESC LIMIT ?",
+                                    (cluster, max(0, int(limit)))).fetchall()
+        return [json.loads(r[0]) for r in reversed(rows)]

@@ -109,7 +109,30 @@ class OperationRow:
     details: dict | None = field(default=None)
 
 
-JSON_COLUMNS = {"spec", "partitions", "groups", "nodes", "undo", "scaling", "details"}
+@dataclass
+class ExtensionRow:
+    """One cluster extension (CreateClusterExtension, docs/adr/0017-cluster-extensions.md): the wish the
+    engine makes every running node match, and what it found."""
+
+    cluster: str
+    name: str
+    arn: str
+    version: str
+    config: dict  # the requests' configuration as given (Update merges into it, RFC 7386)
+    settings: dict  # `config` over the defaults: what is installed (DescribeClusterExtension shows it)
+    status: str  # the model's ExtensionStatus: Creating | Active | Updating | Deleting | Degraded | *Failed
+    created_at: float
+    modified_at: float
+    installed: list[str] = field(default_factory=list)  # nodes it runs on with `version` and `settings`
+    unhealthy: dict[str, str] = field(default_factory=dict)  # members that did not answer the last probe: why
+    issues: list[dict] = field(default_factory=list)  # Health.Issues: [{Code, Message, NodeCount}]
+    message: str = ""  # why the last apply or remove failed
+    tags: list[dict] = field(default_factory=list)
+    probed_at: float | None = None
+
+
+JSON_COLUMNS = {"spec", "partitions", "groups", "nodes", "undo", "scaling", "details",
+                "config", "settings", "installed", "unhealthy", "issues", "tags"}
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
 

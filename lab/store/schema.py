@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -46,6 +46,18 @@ CREATE TABLE IF NOT EXISTS operations (
   undo TEXT
 );
 CREATE INDEX IF NOT EXISTS operations_cluster ON operations (cluster, status);
+CREATE TABLE IF NOT EXISTS extensions (
+  cluster TEXT NOT NULL, name TEXT NOT NULL, arn TEXT NOT NULL, version TEXT NOT NULL,
+  config TEXT NOT NULL, settings TEXT NOT NULL, status TEXT NOT NULL,
+  installed TEXT NOT NULL DEFAULT '[]', unhealthy TEXT NOT NULL DEFAULT '{}', issues TEXT NOT NULL DEFAULT '[]',
+  message TEXT NOT NULL DEFAULT '', tags TEXT NOT NULL DEFAULT '[]',
+  created_at REAL NOT NULL, modified_at REAL NOT NULL, probed_at REAL,
+  PRIMARY KEY (cluster, name)
+);
+CREATE TABLE IF NOT EXISTS extension_samples (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, cluster TEXT NOT NULL, time REAL NOT NULL, sample TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS extension_samples_cluster ON extension_samples (cluster, id);
 """
 
 # Columns added after schema 1: (table, column, declaration). An older file is upgraded in place.
@@ -77,6 +89,7 @@ ADDED_COLUMNS = [
     ("groups", "protected", "TEXT"),
     ("clusters", "slurm_problem", "TEXT"),
     ("clusters", "slurm_problem_since", "REAL"),
+    # schema 9: the tables `extensions` and `extension_samples` (new tables, no column added)
 ]
 
 
