@@ -14,6 +14,8 @@ refusal is InsufficientCapacity: an event, a Degraded group, a retry when capaci
       seed: 7
       launch_failure_rate: 0.2   # 0..1, the chance that one launch attempt fails
       health_check_failure_rate: 0.5  # 0..1, sim provider only: a simulated deep health check fails
+      extension_unhealthy_rate: 0.3   # 0..1, sim provider only: a node's simulated extension (metrics
+                                      # exporter) does not answer one probe (DescribeClusterExtension's Health)
 
 The file is read into pydantic models (CapacityFile); every problem is reported at once as
 `file:line: field path: what is wrong; fix` (lab/spec/problems.py), like a cluster spec.
@@ -100,6 +102,17 @@ def health_faults(faults: dict, op_id: str, targets: dict[str, list[str]]) -> di
     return out
 
 
+def extension_faults(faults: dict, cluster: str, extension: str, members, probe: int) -> dict[str, str]:
+    """The sim provider's extension probe: each member does not answer with the chance
+    `extension_unhealthy_rate` (same seed and probe number, same answer), labelled simulated. node -> why."""
+    rate = float((faults or {}).get("extension_unhealthy_rate") or 0)
+    seed = (faults or {}).get("seed") or 0
+    if rate <= 0:
+        return {}
+    return {m: f"the node exporter does not answer (simulated: faults extension_unhealthy_rate {rate:g}, seed {seed})"
+            for m in members if random.Random(f"{seed}/{cluster}/{extension}/{m}/{probe}").random() < rate}
+
+
 def state(st, now: float | None = None) -> dict:
     """What `slurmlab capacity show` and GET /_lab/capacity report: limits and use per instance type,
     arrivals still to come, and the injected faults."""
@@ -124,7 +137,8 @@ def apply(st, cap: CapacityFile, now: float | None = None) -> None:
         for a in arrivals:
             st.add_arrival(t, now + a.after_seconds, a.count)
     if cap.faults is not None:
-        st.set_faults(cap.faults.seed, cap.faults.launch_failure_rate, cap.faults.health_check_failure_rate)
+        st.set_faults(cap.faults.seed, cap.faults.launch_failure_rate, cap.faults.health_check_failure_rate,
+                      cap.faults.extension_unhealthy_rate)
 
 
 # ---------------------------------------------------------------- the file
@@ -162,6 +176,7 @@ class Faults(_Model):
     seed: int = 0
     launch_failure_rate: float = Field(0.0, ge=0, le=1)
     health_check_failure_rate: float = Field(0.0, ge=0, le=1)
+    extension_unhealthy_rate: float = Field(0.0, ge=0, le=1)
 
 
 class CapacityFile(_Model):
@@ -195,7 +210,8 @@ _SHAPES: dict[tuple, tuple[str, str | None]] = {
     ("instance_types", "*"): ("must be a mapping with available and/or arrivals", None),
     ("instance_types", "*", "arrivals"): ("must be a list", None),
     ("instance_types", "*", "arrivals", "#"): ("an arrival is {after_seconds: N, count: M}", None),
-    ("faults",): ("must be a mapping: {seed: N, launch_failure_rate: R, health_check_failure_rate: R}", None),
+    ("faults",): ("must be a mapping: {seed: N, launch_failure_rate: R, health_check_failure_rate: R, "
+                  "extension_unhealthy_rate: R}", None),
 }
 _FIELDS: dict[str, tuple[str, str | None]] = {
     "available": ("must be a whole number >= 0, not {v!r}", None),
@@ -205,8 +221,11 @@ _FIELDS: dict[str, tuple[str, str | None]] = {
     "launch_failure_rate": ("must be a number from 0 to 1, not {v!r}", "e.g. 0.2 fails one launch in five"),
     "health_check_failure_rate": ("must be a number from 0 to 1, not {v!r}",
                                   "e.g. 0.5 fails one simulated node check in two"),
+    "extension_unhealthy_rate": ("must be a number from 0 to 1, not {v!r}",
+                                 "e.g. 0.3: a node's simulated exporter misses about one probe in three"),
 }
-_UNKNOWN_FIX = {(): "the top-level keys are instance_types and faults", ("faults",): "use seed, launch_failure_rate and health_check_failure_rate",
+_UNKNOWN_FIX = {(): "the top-level keys are instance_types and faults", ("faults",): "use seed, launch_failure_rate, health_check_failure_rate and "
+                "extension_unhealthy_rate",
                 ("instance_types", "*"): "use available and arrivals"}
 
 

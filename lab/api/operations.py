@@ -7,16 +7,18 @@ names (ARNs, node ids), filters, sorts and pages, and turns the lab's errors int
 
 from __future__ import annotations
 
-import hashlib
-import json
-import time
 from collections.abc import Callable
 from typing import Any
 
 from lab.api import model, tenancy
 from lab.api.common import CALLER, REGION, Lab, cluster_name, lab_error, not_found, spec_error, visible
 from lab.api.model import ApiError
+from lab.api.extops import EXTENSION_HANDLERS
 from lab.api.paging import between, paged
+from lab.api.tokens import CLIENT_TOKEN_TTL
+from lab.api.tokens import fingerprint as _fingerprint
+from lab.api.tokens import keep as _token_keep
+from lab.api.tokens import seen as _token_seen
 from lab.control import clusters, health, moves, software
 from lab.control.operations import describe_operation, list_operations
 from lab.errors import LabError, NotFound
@@ -24,7 +26,6 @@ from lab.spec.problems import Problem, SpecInvalid
 from lab.students import Student
 
 MAX_CLUSTERS = clusters.MAX_CLUSTERS  # the engine's limit, named in the error message
-CLIENT_TOKEN_TTL = 8 * 3600  # BatchAddClusterNodes.ClientToken: "valid for 8 hours"
 
 
 # ------------------------------------------------------------------------------------ clusters
@@ -195,32 +196,6 @@ def batch_add_cluster_nodes(lab: Lab, body: dict) -> dict:
     return result
 
 
-def _fingerprint(*request) -> str:
-    return hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()
-
-
-def _token_seen(lab: Lab, token: str | None, fingerprint: str) -> dict | None:
-    """The answer a ClientToken already got (8 hours), None if new; the same token with other
-    parameters is a ValidationException."""
-    if not token:
-        return None
-    with lab.tokens_lock:
-        now = time.time()
-        for k in [k for k, (t, _, _) in lab.tokens.items() if now - t > CLIENT_TOKEN_TTL]:
-            del lab.tokens[k]
-        seen = lab.tokens.get(token)
-    if seen and seen[1] != fingerprint:
-        raise ApiError("ValidationException", "ClientToken: already used with other parameters "
-                       "(a token names one request; use a new token for a new request)")
-    return seen[2] if seen else None
-
-
-def _token_keep(lab: Lab, token: str | None, fingerprint: str, result: dict) -> None:
-    if token:
-        with lab.tokens_lock:
-            lab.tokens[token] = (time.time(), fingerprint, result)
-
-
 def _refresh_added(lab: Lab, name: str, result: dict) -> dict:
     """A retried ClientToken: the same NodeLogicalIds, each with its latest status."""
     status = {n.get("NodeLogicalId"): n.get("InstanceStatus", {}).get("Status") for n in _nodes(lab, name)}
@@ -345,6 +320,7 @@ HANDLERS: dict[str, Callable[[Lab, dict], dict]] = {
     "StartClusterHealthCheck": start_cluster_health_check,
     "MoveClusterNodes": move_cluster_nodes,
     "UpdateClusterSoftware": update_cluster_software,
+    **EXTENSION_HANDLERS,  # the six ClusterExtension operations: lab/api/extops.py
 }
 assert set(HANDLERS) == set(model.OPERATIONS)
 
@@ -380,4 +356,4 @@ def _call(lab: Lab, op: str, body: Any) -> dict:
     return model.shape_output(op, result)
 
 
-__all__ = ["HANDLERS", "Lab", "Problem", "call", "events_of"]
+__all__ = ["CLIENT_TOKEN_TTL", "HANDLERS", "Lab", "Problem", "call", "events_of"]

@@ -1,15 +1,30 @@
 """The simulated configurer (`--provider sim`): Ansible and Slurm stood in for, every step a short
 simulated time and a record in `calls`; its Slurm is a set of joined nodes a test may break
-(`break_node`: lab/engine/recovery.py reads it as it reads a real sinfo)."""
+(`break_node`: lab/engine/recovery.py reads it as it reads a real sinfo). Its cluster extensions
+are a record of which nodes have which (`extension_nodes`) and a metrics sample labelled simulated
+(lab/configure/simmetrics.py); a test may make an apply fail on a node (`extension_failures`), the
+seeded fault `extension_unhealthy_rate` (lab/capacity.py) makes members miss a probe."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
-from lab.capacity import health_faults
-from lab.configure.base import Configurer
+from lab.capacity import extension_faults, health_faults
+from lab.configure import simmetrics
+from lab.configure.base import Configurer, Extension, Probe
+from lab.spec.extensions import scrape_interval
+
+
+@dataclass(frozen=True)
+class SimContext:
+    """What the simulated configurer knows of a cluster: its name, groups and nodes (the store's)."""
+
+    name: str
+    groups: list
+    nodes: list
 
 
 class SimConfigurer(Configurer):
@@ -34,9 +49,12 @@ class SimConfigurer(Configurer):
         self.broken: dict[str, tuple[str, str]] = {}
         self.sticky: set[str] = set()
         self.slurmctld_down: str | None = None  # what slurm_nodes raises, when set
+        # Cluster extensions: extension name -> the nodes it is on; node -> why an apply fails there
+        self.extension_nodes: dict[str, set[str]] = {}
+        self.extension_failures: dict[str, str] = {}
 
     def context(self, cluster, groups, nodes):
-        return None  # no inventory needed
+        return SimContext(cluster.name, list(groups), list(nodes))  # no inventory: what the metrics are made of
 
     def break_node(self, node: str, state: str = "down*", reason: str = "Not responding", sticky: bool = False) -> None:
         """A test's fault: Slurm shows the node so (e.g. slurmd died: down*, Not responding)."""
@@ -125,3 +143,38 @@ class SimConfigurer(Configurer):
         self.calls.append(("leave", tuple(names)))
         time.sleep(self.leave_time)
         self.in_slurm.difference_update(names)
+
+    # ------------------------------------------------------------------ cluster extensions
+    def extension_apply(self, ctx, ext: Extension, targets: list[str]) -> dict[str, str]:
+        self.calls.append(("extension_apply", ext.name, ext.version, tuple(targets)))
+        failed = {n: self.extension_failures[n] for n in targets if n in self.extension_failures}
+        self.extension_nodes.setdefault(ext.name, set()).update(n for n in targets if n not in failed)
+        return failed
+
+    async def extension_apply_async(self, ctx, ext: Extension, targets: list[str]) -> dict[str, str]:
+        await self.sleep(self.configure_time)
+        return self.extension_apply(ctx, ext, targets)
+
+    def extension_remove(self, ctx, ext: Extension, targets: list[str]) -> dict[str, str]:
+        self.calls.append(("extension_remove", ext.name, tuple(targets)))
+        self.extension_nodes.get(ext.name, set()).difference_update(targets)
+        return {}
+
+    async def extension_remove_async(self, ctx, ext: Extension, targets: list[str]) -> dict[str, str]:
+        await self.sleep(self.leave_time)
+        return self.extension_remove(ctx, ext, targets)
+
+    def extension_probe(self, ctx, ext: Extension, faults: dict) -> Probe | None:
+        self.calls.append(("extension_probe", ext.name))
+        now = self.clock()
+        probe = int(now // scrape_interval(ext.config))
+        cluster = ctx.name if ctx is not None else ""
+        have = self.extension_nodes.get(ext.name, set())
+        unhealthy = {m: "the node exporter is not installed (simulated)" for m in ext.members if m not in have}
+        unhealthy.update(extension_faults(faults, cluster, ext.name, ext.members, probe))
+        sample = simmetrics.sample(cluster, ctx.groups if ctx else [], ctx.nodes if ctx else [], ext, unhealthy,
+                                   self.in_slurm, self.broken, now, probe, (faults or {}).get("seed") or 0)
+        return Probe(unhealthy, sample)
+
+    async def extension_probe_async(self, ctx, ext: Extension, faults: dict) -> Probe | None:
+        return self.extension_probe(ctx, ext, faults)

@@ -10,6 +10,7 @@ One asyncio loop (`Engine.step`, once a tick) over every cluster, and parts that
   Rollout           lab/engine/rolling.py      UpdateClusterSoftware, batch by batch
   CheckpointRunner  lab/engine/checkpointing.py checkpoints and restores
   SlurmWatch        lab/engine/watching.py     Slurm's view, marks and recovery; the heartbeat
+  ExtensionWork     lab/engine/extensions.py   cluster extensions applied, probed, removed
   HostLoss, Sight   lab/engine/hostloss.py, sight.py  a host that does not answer
 The plan itself is pure (lab/engine/plan.py). A failing step marks its node Failure with the reason
 and a retry time (exponential backoff with jitter), or for good when the failure is permanent, and
@@ -38,6 +39,7 @@ from lab.engine.actions import Steps
 from lab.engine.backends import Backends
 from lab.engine.bookkeeping import BACKOFF_BASE, BACKOFF_MAX, Records
 from lab.engine.checkpointing import CheckpointRunner
+from lab.engine.extensions import ExtensionWork
 from lab.engine.hostloss import HOST_LOST_S, HostLoss
 from lab.engine.plan import JOIN_MAX_WAIT_S, JOIN_QUIET_S, LEGACY_ATTEMPTS, Action
 from lab.engine.rolling import Rollout
@@ -107,6 +109,7 @@ class Engine:
         self.hostloss = HostLoss(self.rec, self.sight, self.work, t.host_lost_s)
         self.watch = SlurmWatch(self.rec, self.io, self.work, self.steps, slurm_period_s=t.slurm_period_s,
                                 recover_after_s=t.recover_after_s)
+        self.extensions = ExtensionWork(self.rec, self.io, self.work)
         self._unusable: set[str] = set()
         self._last_error: dict[str, str] = {}
 
@@ -186,6 +189,7 @@ class Engine:
                          boot_slots=t.boot_slots.get(c.provider))
         rec.statuses(c, groups, nodes, p)
         self.watch.watch(c, groups, nodes, busy)  # Slurm's view: marks, recovery (lab/engine/watching.py)
+        self.extensions.step(c, groups, nodes)  # cluster extensions (lab/engine/extensions.py)
         self.rollout.step(c, gmap, nodes)
         rec.disk_marks(name, nodes, seen, p)
         if p.boot_waiting:

@@ -31,6 +31,12 @@ OPERATIONS: tuple[str, ...] = (
     "StartClusterHealthCheck",
     "MoveClusterNodes",
     "UpdateClusterSoftware",
+    "CreateClusterExtension",
+    "DescribeClusterExtension",
+    "ListClusterExtensions",
+    "ListClusterExtensionVersions",
+    "UpdateClusterExtension",
+    "DeleteClusterExtension",
 )
 
 

@@ -82,12 +82,14 @@ class Store:
 
     def faults(self) -> dict:
         """Injected faults: {"seed": int, "launch_failure_rate": float, "health_check_failure_rate":
-        float}, or {} (none)."""
+        float, "extension_unhealthy_rate": float}, or {} (none)."""
         return self.meta("faults", {}) or {}
 
-    def set_faults(self, seed: int | None, launch_failure_rate: float, health_check_failure_rate: float = 0.0) -> None:
+    def set_faults(self, seed: int | None, launch_failure_rate: float, health_check_failure_rate: float = 0.0,
+                   extension_unhealthy_rate: float = 0.0) -> None:
         rates = {"launch_failure_rate": float(launch_failure_rate),
-                 "health_check_failure_rate": float(health_check_failure_rate)}
+                 "health_check_failure_rate": float(health_check_failure_rate),
+                 "extension_unhealthy_rate": float(extension_unhealthy_rate)}
         rates = {k: v for k, v in rates.items() if v}
         self.set_meta("faults", {"seed": seed or 0, **rates} if rates else None)
 

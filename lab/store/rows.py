@@ -124,6 +124,7 @@ class ExtensionRow:
     created_at: float
     modified_at: float
     installed: list[str] = field(default_factory=list)  # nodes it runs on with `version` and `settings`
+    failed: dict[str, str] = field(default_factory=dict)  # nodes the last apply or remove failed on: why
     unhealthy: dict[str, str] = field(default_factory=dict)  # members that did not answer the last probe: why
     issues: list[dict] = field(default_factory=list)  # Health.Issues: [{Code, Message, NodeCount}]
     message: str = ""  # why the last apply or remove failed
@@ -132,7 +133,7 @@ class ExtensionRow:
 
 
 JSON_COLUMNS = {"spec", "partitions", "groups", "nodes", "undo", "scaling", "details",
-                "config", "settings", "installed", "unhealthy", "issues", "tags"}
+                "config", "settings", "installed", "failed", "unhealthy", "issues", "tags"}
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
 

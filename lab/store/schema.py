@@ -49,7 +49,8 @@ CREATE INDEX IF NOT EXISTS operations_cluster ON operations (cluster, status);
 CREATE TABLE IF NOT EXISTS extensions (
   cluster TEXT NOT NULL, name TEXT NOT NULL, arn TEXT NOT NULL, version TEXT NOT NULL,
   config TEXT NOT NULL, settings TEXT NOT NULL, status TEXT NOT NULL,
-  installed TEXT NOT NULL DEFAULT '[]', unhealthy TEXT NOT NULL DEFAULT '{}', issues TEXT NOT NULL DEFAULT '[]',
+  installed TEXT NOT NULL DEFAULT '[]', failed TEXT NOT NULL DEFAULT '{}', unhealthy TEXT NOT NULL DEFAULT '{}',
+  issues TEXT NOT NULL DEFAULT '[]',
   message TEXT NOT NULL DEFAULT '', tags TEXT NOT NULL DEFAULT '[]',
   created_at REAL NOT NULL, modified_at REAL NOT NULL, probed_at REAL,
   PRIMARY KEY (cluster, name)
@@ -89,7 +90,9 @@ ADDED_COLUMNS = [
     ("groups", "protected", "TEXT"),
     ("clusters", "slurm_problem", "TEXT"),
     ("clusters", "slurm_problem_since", "REAL"),
-    # schema 9: the tables `extensions` and `extension_samples` (new tables, no column added)
+    # schema 9: the tables `extensions` and `extension_samples` (new tables), and this column of a table
+    # written by an early schema 9
+    ("extensions", "failed", "TEXT NOT NULL DEFAULT '{}'"),
 ]
 
 

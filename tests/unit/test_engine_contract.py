@@ -227,7 +227,8 @@ def test_capacity_file_reports_every_problem_with_its_line():
                  "cap.yaml:6: instance_types.ml.c5.large.arrivals[1]: an arrival is {after_seconds: N, count: M}",
                  "cap.yaml:7: instance_types.ml.bogus: 'ml.bogus' is not a HyperPod instance type",
                  "cap.yaml:8: instance_types.ml.t3.medium: must be a mapping with available and/or arrivals",
-                 "cap.yaml:9: faults: must be a mapping: {seed: N, launch_failure_rate: R, health_check_failure_rate: R}"):
+                 "cap.yaml:9: faults: must be a mapping: {seed: N, launch_failure_rate: R, health_check_failure_rate: R, "
+                 "extension_unhealthy_rate: R}"):
         assert line in got, got
     assert "8 problems" in got or "7 problems" in got
 
