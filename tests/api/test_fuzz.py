@@ -10,11 +10,21 @@ import random
 import time
 
 from lab.api import model
+from lab.control import extensions
+from lab.spec.extensions import EXAMPLE, OBSERVABILITY
 from tests.api.seed import seed_cluster
 
 COUNT = 400
 BUDGET_S = 20.0
 SEED = 20261129
+# Plausible values of the shapes whose random strings would all fail validation (the ClusterExtension
+# operations): the seeded cluster's ARN and its extension's, filled in by the test.
+KNOWN: dict[str, list] = {
+    "ExtensionName": [OBSERVABILITY, OBSERVABILITY, "eks-other", "Bad_Name"],
+    "ExtensionVersion": ["1.0.0", "1.1.0", "9.9.9", "1.0"],
+    "ExtensionConfigurationValues": ["{}", EXAMPLE, '{"scrapeIntervalSeconds": 30}', '{"levl": 1}', "nope", "[1]",
+                                     '{"metricsProvider": {"slurmMetrics": {"level": null}}}'],
+}
 
 
 def rand_scalar(rng: random.Random):
@@ -59,6 +69,8 @@ def from_shape(shape, rng: random.Random, depth: int = 0):
             return rng.choice(["demo", "demo", "fuzz", "Bad Name"])
         if "InstanceGroupName" in shape.name:
             return rng.choice(["controller", "login", "compute", "ghost"])
+        if shape.name in KNOWN:
+            return rng.choice(KNOWN[shape.name])
         if shape.name == "ClusterInstanceType":
             return rng.choice(["ml.c5.large", "ml.t3.medium"])
         return rng.choice(["demo-compute-1", "i-0123456789abcdef0", "x", "x" * 300])
@@ -96,6 +108,10 @@ def bodies(rng: random.Random):
 
 def test_fuzz_never_breaks_the_server(api):
     seed_cluster(api.store, "demo", computes=2, pending=1)
+    cluster = api.store.cluster("demo").arn
+    ext = extensions.create(api.store, "demo", OBSERVABILITY).arn
+    KNOWN["ClusterArn"] = [cluster, cluster, "arn:aws:sagemaker:us-east-1:000000000000:cluster/abcdefabcdef"]
+    KNOWN["ExtensionArn"] = [ext, ext, ext[:-12] + "0" * 12]
     rng = random.Random(SEED)
     host, port = api.server.server_address[:2]
     conn = http.client.HTTPConnection(host, port, timeout=10)
