@@ -199,3 +199,33 @@ def test_bad_updates_and_deletes(api):
     api.store.update_cluster("other", status="Deleting")
     code, _ = _error(c.update_cluster_extension, ClusterArn=_arn(c, "other"), ExtensionArn=arn2, ConfigurationValues="{}")
     assert code == "ConflictException"
+
+
+def test_the_cli_drives_the_six_operations(api, monkeypatch):
+    from typer.testing import CliRunner
+
+    from lab.cli import app
+    from lab.engine import daemon
+    from lab.errors import Conflict, UsageError
+
+    monkeypatch.setattr(daemon, "ensure_running", lambda *a, **k: 0)  # no engine: the rows only
+    seed_cluster(api.store, "demo", computes=1)
+    run = CliRunner().invoke
+    assert run(app, ["list-cluster-extension-versions"]).output.split() == ["1.1.0", "1.0.0"]
+    made = json.loads(run(app, ["create-cluster-extension", "demo", "--extension-version", "1.0.0",
+                                "--configuration", '{"scrapeIntervalSeconds": 20}', "-o", "json"]).output)
+    assert made["ExtensionArn"] == api.store.extension("demo", OBS).arn
+    text = run(app, ["describe-cluster-extension", "demo"]).output
+    assert "sagemaker-observability 1.0.0  Creating  active on 0 of 3 running nodes" in text
+    assert '"scrapeIntervalSeconds":20' in text
+    d = json.loads(run(app, ["describe-cluster-extension", "demo", made["ExtensionArn"], "-o", "json"]).output)
+    assert d["ExtensionDetails"]["CreationTime"].endswith("+00:00") and d["NodeSummary"]["TotalCount"] == 3
+    listed = json.loads(run(app, ["list-cluster-extensions", "demo", "-o", "json"]).output)["Extensions"]
+    assert [x["ExtensionName"] for x in listed] == [OBS]
+    bad = run(app, ["update-cluster-extension", "demo", "--configuration", '{"scrapeIntervalSecond": 30}'])
+    assert isinstance(bad.exception, UsageError) and "did you mean 'scrapeIntervalSeconds'" in bad.exception.message
+    assert "1.1.0 Creating on demo" in run(app, ["update-cluster-extension", "demo", "--extension-version", "1.1.0"]).output
+    assert "Deleting on demo" in run(app, ["delete-cluster-extension", "demo"]).output
+    again = run(app, ["delete-cluster-extension", "demo"])
+    assert isinstance(again.exception, Conflict)
+    assert api.store.extension("demo", OBS).status == "Deleting"
