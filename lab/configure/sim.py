@@ -169,9 +169,8 @@ class SimConfigurer(Configurer):
         now = self.clock()
         probe = int(now // scrape_interval(ext.config))
         cluster = ctx.name if ctx is not None else ""
-        have = self.extension_nodes.get(ext.name, set())
-        unhealthy = {m: "the node exporter is not installed (simulated)" for m in ext.members if m not in have}
-        unhealthy.update(extension_faults(faults, cluster, ext.name, ext.members, probe))
+        # only the seeded fault: `extension_nodes` is this process's memory, empty after an engine restart
+        unhealthy = extension_faults(faults, cluster, ext.name, ext.members, probe)
         sample = simmetrics.sample(cluster, ctx.groups if ctx else [], ctx.nodes if ctx else [], ext, unhealthy,
                                    self.in_slurm, self.broken, now, probe, (faults or {}).get("seed") or 0)
         return Probe(unhealthy, sample)
