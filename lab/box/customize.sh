@@ -449,6 +449,14 @@ innodb_lock_wait_timeout = 900
 max_connections = 40
 EOF
 
+say "observability: prometheus and its node exporter installed, disabled (roles/observability starts them)"
+# (no existence test: both are in the recipe's packages, a renamed unit must fail the build)
+for u in prometheus.service prometheus-node-exporter.service; do
+  in_root systemctl disable "$u" >/dev/null 2>&1
+done
+# no metrics from the build itself
+rm -rf "$R/var/lib/prometheus/metrics2"
+
 say "initramfs: the disk drivers a VM needs, no hardware database (17.8 MB -> ~8 MB)"
 cat > "$R/etc/initramfs-tools/conf.d/slurmlab" <<'EOF'
 # slurmlab: a small initramfs boots faster under emulation; hooks/zz-slurmlab adds the disk drivers.

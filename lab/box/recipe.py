@@ -60,6 +60,11 @@ PACKAGES: tuple[str, ...] = (
     # warm start (docs/adr/0011): a VM forked from a saved template takes its identity through the
     # guest agent (virtio-serial): no network round trip, no boot. Started only where the channel exists.
     "qemu-guest-agent",
+    # the sagemaker-observability extension (docs/adr/0017): node metrics on every node, Prometheus on
+    # the controller. In the box because the nodes have no route out; installed disabled (customize.sh),
+    # roles/observability writes their config and starts them. Recommends (the textfile collectors) not.
+    "prometheus",
+    "prometheus-node-exporter",
 )
 
 # Not installed in the image (they have no use in a lab node and cost ~70 MB). The copyright

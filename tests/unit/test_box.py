@@ -194,6 +194,22 @@ def test_parse_slurm_version(out, want):
     assert rc.parse_slurm_version(out) == want
 
 
+def test_the_box_carries_the_observability_extension_disabled(tmp_path):
+    """Prometheus and its node exporter are in the image (the nodes have no route out) and disabled:
+    no node starts them at boot, roles/observability does when the extension is installed."""
+    assert {"prometheus", "prometheus-node-exporter"} <= set(rc.PACKAGES)
+    text = rc.CUSTOMIZE_SCRIPT.read_text()
+    start = text.index('say "observability:')
+    block = text[start : text.index('\nsay "', start + 1)]
+    (tmp_path / "block.sh").write_text(
+        f'set -eu\nR={tmp_path}/root\nsay() {{ :; }}\nin_root() {{ echo "$*" >> {tmp_path}/calls; }}\n{block}\n')
+    (tmp_path / "root/var/lib/prometheus/metrics2").mkdir(parents=True)
+    subprocess.run(["sh", str(tmp_path / "block.sh")], check=True)
+    assert (tmp_path / "calls").read_text().splitlines() == [
+        "systemctl disable prometheus.service", "systemctl disable prometheus-node-exporter.service"]
+    assert not (tmp_path / "root/var/lib/prometheus/metrics2").exists()
+
+
 def test_customize_script_is_valid_sh():
     subprocess.run(["sh", "-n", str(rc.CUSTOMIZE_SCRIPT)], check=True)
     text = rc.CUSTOMIZE_SCRIPT.read_text()
