@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from lab import users
-from lab.configure.base import Configurer
+from lab.configure.base import Configurer, Extension, Probe
 from lab.configure.inventory import ClusterContext
-from lab.configure.runner import PlaybookResult, run_playbook
+from lab.configure.runner import PlaybookFailed, PlaybookResult, run_playbook
 from lab.spec import group_gpus
+from lab.spec.extensions import OBSERVABILITY
 from lab.spec.rules.lifecycle import local_source
 from lab.store.db import ClusterRow, GroupRow, NodeRow
 from lab.workspace import ClusterDir
@@ -83,6 +84,36 @@ class AnsibleConfigurer(Configurer):
         from lab.configure import slurmstate
 
         return slurmstate.take_down(ctx, node, why)
+
+    # ------------------------------------------------------------------ cluster extensions (docs/adr/0017)
+    def extension_apply(self, ctx: ClusterContext, ext: Extension, targets: list[str]) -> dict[str, str]:
+        """extension.yml on the targets and the controller (its Prometheus collects from every member)."""
+        return self._extension(ctx, ext, [*targets, ext.controller], "present")
+
+    def extension_remove(self, ctx: ClusterContext, ext: Extension, targets: list[str]) -> dict[str, str]:
+        return self._extension(ctx, ext, targets, "absent")
+
+    def extension_probe(self, ctx: ClusterContext, ext: Extension, faults: dict) -> Probe | None:
+        """Prometheus on the controller, asked over the kept ssh connection; injected faults are the sim's only."""
+        from lab.configure import extensions
+
+        return extensions.probe(ctx, ext) if ext.name == OBSERVABILITY else None
+
+    def _extension(self, ctx: ClusterContext, ext: Extension, hosts: list[str], state: str) -> dict[str, str]:
+        """One extension.yml run; node -> what failed (a failure no host is named in: every host)."""
+        from lab.configure import extensions
+
+        hosts = list(dict.fromkeys(h for h in hosts if h))
+        if ext.name != OBSERVABILITY:
+            return {h: f"the lab has no extension {ext.name!r}" for h in hosts}
+        if not hosts:
+            return {}
+        try:
+            self._run(ctx, "extension.yml", limit=hosts, extravars=extensions.role_vars(ext, state))
+        except PlaybookFailed as e:
+            named = {h: why for h, why in e.failures.items() if h in hosts}
+            return named or {h: str(e) for h in hosts}
+        return {}
 
     def leave(self, ctx: ClusterContext, names: list[str]) -> PlaybookResult:
         controller = next(n.name for n in ctx.nodes if any(g.name == n.grp and g.node_type == "Controller" for g in ctx.groups))
