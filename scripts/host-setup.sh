@@ -18,6 +18,7 @@ PACKAGES=(
   openssh-server  # `host simulate --remote`: the stand-in for another machine runs its own sshd
   shellcheck  # make lint: the roles' scripts (roles/*/files/*.sh)
   chromium  # headless, for the web console test (tests/api/test_console.py)
+  libjs-chart.js  # Chart.js 3.9, served by the console's metrics view (GET /_lab/assets/chart.min.js)
 )
 
 say() { printf '[host-setup] %s\n' "$*" >&2; }

@@ -9,6 +9,9 @@ and the state the console shows.
                                                      `--capacity`, as JSON or YAML)
                           {"Reset": true}            every type unlimited again, no injected faults
     GET  /_lab/checkpoints?ClusterName=NAME   the cluster's checkpoints (slurmlab checkpoint list)
+    GET  /_lab/metrics?ClusterName=NAME[&Last=N]   its sagemaker-observability extension (null when it has
+                          none) and the metrics samples the engine kept (docs/adr/0017's shape), oldest
+                          first: {"ClusterName", "Extension", "Samples"} (what the console's charts draw)
     POST /_lab/checkpoints {"ClusterName": "demo", "Tag": "step-3", "Action": "Create" | "Restore" | "Delete"}
                           Create and Restore answer {"OperationId"} at once (the engine does the work;
                           the cluster's events say when it is done); Delete answers when it is gone
@@ -28,6 +31,24 @@ from lab.api.model import ApiError
 from lab.spec.problems import Problem, SpecInvalid
 
 EVENTS_IN_STATE = 100
+SAMPLES_KEPT = 120  # the store's ring of metrics samples per cluster (docs/adr/0017)
+
+
+def get(lab: operations.Lab, path: str, query: str) -> dict:
+    """The JSON GETs under /_lab/ (the server answers /_lab/health and /_lab/assets/ itself)."""
+    from urllib.parse import parse_qs
+
+    q = {k: v[0] for k, v in parse_qs(query).items()}
+    if path == "/_lab/state":
+        return state(lab)
+    if path == "/_lab/capacity":
+        return capacity_state(lab.store)
+    if path == "/_lab/checkpoints":
+        return {"Checkpoints": checkpoints_of(lab, q.get("ClusterName", ""))}
+    if path == "/_lab/metrics":
+        return metrics(lab, q.get("ClusterName", ""), q.get("Last"))
+    raise ApiError("ResourceNotFound", f"path {path[:100]!r}: nothing here; GET / (console), /_lab/state, /_lab/capacity, "
+                   "/_lab/checkpoints, /_lab/metrics, /_lab/health, /_lab/assets/chart.min.js; SageMaker's API is POST /", 404)
 
 
 def apply_capacity(st, cap: capacity.CapacityFile, now: float | None = None) -> None:
@@ -115,6 +136,8 @@ def state(lab: operations.Lab) -> dict:
                            for n in nodes]
         events = sorted(events, key=lambda e: model.timestamp(e.get("EventTime")) or 0)[-EVENTS_IN_STATE:]
         shaped["Events"] = [model.shape_named("ClusterEventSummary", e) for e in reversed(events)]
+        shaped["Extensions"] = [{"ExtensionName": e.name, "ExtensionVersion": e.version, "Status": e.status}
+                                for e in lab.store.extensions(c.name)]
         try:
             shaped["Checkpoints"] = checkpoints_of(lab, c.name)
         except Exception:  # noqa: BLE001 - the console shows the rest
@@ -136,6 +159,43 @@ def checkpoints_of(lab: operations.Lab, name: str) -> list[dict]:
         raise ApiError("ResourceNotFound", f"ClusterName: {e.message}") from None
     return [{"Tag": r["tag"], "CreationTime": iso(r["created"]), "SizeBytes": r["size"], "Nodes": r["nodes"],
              **({"Simulated": True} if r.get("simulated") else {})} for r in rows]
+
+
+def extension_of(lab: operations.Lab, name: str) -> dict | None:
+    """The cluster's sagemaker-observability extension as the console shows it (None: not installed)."""
+    from lab.control import extensions
+    from lab.spec.extensions import OBSERVABILITY
+
+    from lab.errors import LabError
+
+    if lab.store.extension(name, OBSERVABILITY) is None:
+        return None
+    try:
+        d = extensions.describe(lab.store, name, OBSERVABILITY)
+    except LabError:  # deleted meanwhile
+        return None
+    x = d["ExtensionDetails"]
+    return {"ExtensionName": x["ExtensionName"], "ExtensionVersion": x["ExtensionVersion"], "Status": x["Status"],
+            "NodeSummary": d["NodeSummary"], **({"Health": d["Health"]} if "Health" in d else {})}
+
+
+def metrics(lab: operations.Lab, name: str, last: str | None = None) -> dict:
+    """GET /_lab/metrics: the cluster's observability extension and its newest `last` samples, oldest first."""
+    problems = []
+    if not name:
+        problems.append(Problem(("ClusterName",), "missing (required)", "GET /_lab/metrics?ClusterName=NAME"))
+    limit = SAMPLES_KEPT
+    if last is not None:
+        if last.isdigit() and 1 <= int(last) <= SAMPLES_KEPT:
+            limit = int(last)
+        else:
+            problems.append(Problem(("Last",), f"{last[:40]!r} is not a whole number from 1 to {SAMPLES_KEPT}"))
+    if problems:
+        raise model.validation_error(problems)
+    if lab.store.cluster(name) is None:
+        raise ApiError("ResourceNotFound", f"ClusterName: no cluster named {name[:100]!r} (GET /_lab/state lists them)")
+    return {"ClusterName": name, "Extension": extension_of(lab, name),
+            "Samples": lab.store.extension_samples(name, limit)}
 
 
 def _json_object(raw: bytes) -> dict:

@@ -80,7 +80,7 @@ class Handler(BaseHTTPRequestHandler):
             pass
 
     def _reply(self, status: int, body: dict | bytes, content_type: str = "application/x-amz-json-1.1",
-               error: bool = False, request_id: str | None = None) -> None:
+               error: bool = False, request_id: str | None = None, cache: str = "no-store") -> None:
         data = body if isinstance(body, bytes) else json.dumps(body, separators=(",", ":")).encode()
         self.send_response(status)
         if status == 401:  # the console under --auth: the browser asks for the instructor's key
@@ -92,7 +92,7 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("x-amzn-ErrorType", str(body.get("__type", "")))
         if self.close_connection:
             self.send_header("Connection", "close")
-        self.send_header("Cache-Control", "no-store")
+        self.send_header("Cache-Control", cache)
         if self.command == "HEAD":
             self.end_headers()
         elif hasattr(self, "_headers_buffer"):
@@ -216,23 +216,15 @@ class Handler(BaseHTTPRequestHandler):
                 self._instructor()
             if path in ("/", "/index.html"):
                 self._reply(200, console.page(), content_type="text/html; charset=utf-8")
-            elif path == "/_lab/state":
-                self._reply(200, labctl.state(self.server.lab), content_type="application/json")
-            elif path == "/_lab/capacity":
-                self._reply(200, labctl.capacity_state(self.server.lab.store), content_type="application/json")
-            elif path == "/_lab/checkpoints":
-                from urllib.parse import parse_qs
-
-                q = parse_qs(self.path.split("?", 1)[1] if "?" in self.path else "")
-                name = (q.get("ClusterName") or [""])[0]
-                self._reply(200, {"Checkpoints": labctl.checkpoints_of(self.server.lab, name)},
-                            content_type="application/json")
+            elif path.startswith("/_lab/assets/"):
+                data, ctype = console.asset(path[len("/_lab/assets/"):])
+                self._reply(200, data, content_type=ctype, cache=console.ASSET_CACHE)
             elif path == "/_lab/health":
                 self._reply(200, {"Ok": True, "Provider": self.server.lab.provider, "Pid": os.getpid()},
                             content_type="application/json")
-            else:
-                raise ApiError("ResourceNotFound", f"path {path[:100]!r}: nothing here; GET / (console), /_lab/state, "
-                               "/_lab/capacity, /_lab/checkpoints, /_lab/health; SageMaker's API is POST /", 404)
+            else:  # the lab's JSON (labctl.get): state, capacity, checkpoints, metrics; 404 for anything else
+                query = self.path.split("?", 1)[1] if "?" in self.path else ""
+                self._reply(200, labctl.get(self.server.lab, path, query), content_type="application/json")
         except ApiError as e:
             self._error(e)
         except Exception as e:  # noqa: BLE001

@@ -109,3 +109,91 @@ def test_console_shows_what_slurm_says_and_a_protected_group(api, tmp_path):
     assert "Slurm: down* (Not responding)" in text
     assert "Slurm does not answer: slurmctld on demo-controller-1 does not answer: connect failure" in text
     assert "instance group compute is protected: 5 failures in a row (the last: x)" in text
+
+
+# ------------------------------------------------------------------------------------ the metrics view (issue 30)
+OBS = "sagemaker-observability"
+
+
+def metrics_sample(t: float, i: int, simulated: bool = True) -> dict:
+    """A sample in docs/adr/0017's shape, different from one to the next (i), the last node down."""
+    busy = i % 3
+    return {"time": t, "simulated": simulated,
+            "slurm": {"nodes": {"idle": 3 - busy, "allocated": busy, "mixed": 0, "down": 0, "drain": 0, "other": 0},
+                      "jobs": {"running": busy, "pending": i % 2 + 1},
+                      "cpus": {"allocated": 2 * busy, "total": 6}, "memory_mib": {"allocated": 512 * busy, "total": 12288},
+                      "partitions": {"dev": {"running": busy, "pending": i % 2 + 1}},
+                      "users": {"user01": {"running": busy, "pending": i % 2 + 1}}},
+            "nodes": {"demo-compute-1": {"up": True, "load1": round(0.25 + busy / 2, 2), "mem_used_mib": 900 + 10 * i,
+                                         "mem_total_mib": 4096},
+                      "demo-compute-2": {"up": True, "load1": 0.05, "mem_used_mib": 700, "mem_total_mib": 4096},
+                      "demo-compute-3": {"up": False}}}
+
+
+def seed_metrics(st, name: str = "demo", n: int = 12, simulated: bool = True) -> list[dict]:
+    """An Active sagemaker-observability extension on the cluster and `n` samples 30 s apart."""
+    from lab.control import extensions
+
+    extensions.create(st, name, OBS)
+    st.update_extension(name, OBS, status="Active", installed=[x.name for x in st.nodes(name) if x.phase == "running"])
+    t0 = time.time() - 30 * n
+    out = [metrics_sample(t0 + 30 * i, i, simulated) for i in range(n)]
+    for s in out:
+        st.add_extension_sample(name, s)
+    return out
+
+
+def test_console_draws_a_clusters_metrics_and_refreshes_them(api, tmp_path, monkeypatch):
+    seed_cluster(api.store, "demo", computes=3)
+    seed_cluster(api.store, "plain", computes=1)  # no extension: no metrics view
+    seed_metrics(api.store, "demo", n=12)
+    # The first time the page asks for metrics, a new sample arrives: the next refresh (15 s on) draws it.
+    asked = threading.Event()
+    real = labctl.metrics
+
+    def metrics(lab, name, last=None):
+        out = real(lab, name, last)
+        if not asked.is_set():
+            asked.set()
+            api.store.add_extension_sample("demo", metrics_sample(time.time(), 13))
+        return out
+
+    monkeypatch.setattr(labctl, "metrics", metrics)
+    dom = chromium(tmp_path, api.url + "/", "--dump-dom", budget_ms=20000).stdout
+    view = re.search(r'<div class="metrics"([^>]*)>(.*?)</table></div></div>', dom, re.S)
+    assert view, "no metrics view in the page"
+    attrs, body = view.groups()
+    assert 'data-metrics="demo"' in attrs and 'data-chart="ok"' in attrs and 'data-simulated="true"' in attrs
+    assert re.search(r'data-lib="3\.\d+\.\d+"', attrs)  # Debian's Chart.js drew it
+    assert 'data-points="13"' in attrs  # the 12 seeded, then the one that came while the page watched
+    assert dom.count('data-metrics="') == 1  # "plain" has no extension
+    assert body.count("<canvas") == 4
+    text = text_of(body)
+    assert "simulated" in text and "sagemaker-observability 1.1.0" in text
+
+    def cell(metric: str) -> str:
+        return text_of(re.search(rf'data-metric="{metric}"[^>]*>(.*?)</td>', body).group(1)).strip()
+
+    # the newest sample (i = 13): 1 node allocated of 3, 1 job running and 2 pending, 2 of 6 CPUs
+    assert [cell(f"nodes-{k}") for k in ("idle", "allocated", "down")] == ["2", "1", "0"]
+    assert (cell("jobs-running"), cell("jobs-pending")) == ("1", "2")
+    assert cell("cpus") == "2 / 6 (33.3%)" and cell("memory") == "512 / 12288 MiB (4.2%)"
+    node = lambda n: text_of(re.search(rf'<tr data-metric-node="{n}">(.*?)</tr>', body).group(1))  # noqa: E731
+    assert "0.75" in node("demo-compute-1") and "1030 / 4096 MiB" in node("demo-compute-1")
+    assert "does not answer" in node("demo-compute-3")
+    assert re.search(r'<tr data-user="user01">.*?>1<.*?>2<', body)
+
+
+def test_console_metrics_without_chartjs_shows_the_table(api, tmp_path, monkeypatch):
+    from lab.api import console
+
+    missing = console.Asset(tmp_path / "no-chart.min.js", "text/javascript", "libjs-chart.js")
+    monkeypatch.setitem(console.ASSETS, "chart.min.js", missing)
+    seed_cluster(api.store, "demo", computes=3)
+    seed_metrics(api.store, "demo", n=3, simulated=False)
+    dom = chromium(tmp_path, api.url + "/", "--dump-dom").stdout
+    attrs = re.search(r'<div class="metrics"([^>]*)>', dom).group(1)
+    assert 'data-chart="table"' in attrs and 'data-lib=""' in attrs and 'data-points="3"' in attrs
+    assert 'data-simulated="false"' in attrs and "<canvas" not in dom
+    assert "apt-get install -y libjs-chart.js" in text_of(dom)
+    assert re.search(r'data-metric="nodes-allocated"[^>]*>2<', dom)  # the newest sample (i = 2)
