@@ -31,9 +31,14 @@ def _extension(st, name: str) -> dict | None:
     from lab.control import extensions
     from lab.spec.extensions import OBSERVABILITY
 
+    from lab.errors import NotFound
+
     if st.extension(name, OBSERVABILITY) is None:
         return None
-    d = extensions.describe(st, name, OBSERVABILITY)
+    try:
+        d = extensions.describe(st, name, OBSERVABILITY)
+    except NotFound:  # deleted meanwhile
+        return None
     x = d["ExtensionDetails"]
     return {"ExtensionName": x["ExtensionName"], "ExtensionVersion": x["ExtensionVersion"], "Status": x["Status"],
             "NodeSummary": d["NodeSummary"], **({"Health": d["Health"]} if "Health" in d else {})}
