@@ -21,8 +21,13 @@ from lab.spec.extensions import scrape_interval, settings
 
 PROMETHEUS_PORT = 9090
 PROBE_TIMEOUT_S = 60
-# every series the sample needs, in one instant query
-QUERY = '{__name__=~"slurm_.+|node_load1|node_memory_MemTotal_bytes|node_memory_MemAvailable_bytes"}'
+# every series the sample needs, and whether each target (node exporters, the Slurm exporter) answered
+# at least once in the last two scrapes (`up_recent`): one missed scrape (a restart during an update, a slow emulated node) is not
+# enough to call a member unhealthy
+SERIES = '{__name__=~"slurm_.+|node_load1|node_memory_MemTotal_bytes|node_memory_MemAvailable_bytes"}'
+# (a label of its own: `or` keeps only series whose labels, the name aside, the left side lacks)
+RECENT = ('label_replace(label_replace(max_over_time(up[%ds]), "__name__", "up_recent", "", ""),'
+          ' "probe", "recent", "", "")')
 NODE_STATES = ("idle", "allocated", "mixed", "down", "drain", "other")
 JOB_STATES = ("running", "pending")
 MIB = 1048576
@@ -39,7 +44,18 @@ try:
 except Exception as e:
     out["error"] = "%%s: %%s" %% (type(e).__name__, e)
 print(json.dumps(out))
-""" % (PROMETHEUS_PORT, QUERY)
+"""
+
+
+def query(ext: Extension) -> str:
+    """The probe's one instant query: SERIES and `up_recent` over two scrape intervals (and a little)."""
+    window = 2 * scrape_interval(settings(ext.config)) + 5
+    return f"{SERIES} or {RECENT % window}"
+
+
+def remote(ext: Extension) -> str:
+    """The Python the probe runs on the controller."""
+    return REMOTE % (PROMETHEUS_PORT, query(ext))
 
 
 def levels(ext: Extension) -> tuple[str, str]:
@@ -66,7 +82,7 @@ def probe(ctx: ClusterContext, ext: Extension) -> Probe:
     if ctl is None or not ctl.address:
         return Probe(unhealthy={ext.controller: "the controller has no address"})
     try:
-        p = slurmstate._run(ctx, ctl.address, "python3 -c " + shlex.quote(REMOTE), PROBE_TIMEOUT_S, shared=True)
+        p = slurmstate._run(ctx, ctl.address, "python3 -c " + shlex.quote(remote(ext)), PROBE_TIMEOUT_S, shared=True)
     except subprocess.TimeoutExpired:
         slurmstate._drop_master(ctx, ctl.address)
         return Probe(unhealthy={ext.controller: f"Prometheus did not answer within {PROBE_TIMEOUT_S} s"})
@@ -83,12 +99,18 @@ def probe(ctx: ClusterContext, ext: Extension) -> Probe:
 
 
 def parse(doc: dict, ext: Extension, now: float) -> Probe:
-    """The probe's answer (`{"targets": ..., "query": ...}` or `{"error": ...}`) as a Probe."""
+    """The probe's answer (`{"targets": ..., "query": ...}` or `{"error": ...}`) as a Probe. No sample
+    while Prometheus holds no Slurm numbers (not scraped yet after an install, or the Slurm exporter does
+    not answer): a gap in the charts, not a row of zeros."""
     if doc.get("error") or not isinstance(doc.get("targets"), dict):
         return Probe(unhealthy={ext.controller: f"Prometheus does not answer: {doc.get('error') or 'no targets'}"})
     targets = active_targets(doc["targets"])
     series = vector(doc.get("query") or {})
-    return Probe(unhealthy=unhealthy(targets, ext), sample=sample(series, targets, ext, now))
+    recent = {(labels.get("job", ""), labels.get("node", "")): v for labels, v in series
+              if labels.get("__name__") == "up_recent"}
+    has_slurm = any(labels.get("__name__") == "slurm_nodes" for labels, _ in series)
+    return Probe(unhealthy=unhealthy(targets, ext, recent),
+                 sample=sample(series, targets, ext, now) if has_slurm else None)
 
 
 def active_targets(doc: dict) -> dict[tuple[str, str], dict]:
@@ -112,19 +134,25 @@ def vector(doc: dict) -> list[tuple[dict, float]]:
     return out
 
 
-def unhealthy(targets: dict[tuple[str, str], dict], ext: Extension) -> dict[str, str]:
-    """Members whose node exporter does not answer (a target not scraped yet is not counted), and the
-    controller when the Slurm exporter does not answer."""
+def unhealthy(targets: dict[tuple[str, str], dict], ext: Extension,
+              recent: dict[tuple[str, str], float] | None = None) -> dict[str, str]:
+    """Members whose node exporter does not answer, and the controller when the Slurm exporter does not:
+    the target's last scrape failed and none in the last two scrape intervals worked (`recent`: (job,
+    node) -> 1 when one did). A target not scraped yet is not counted."""
     out: dict[str, str] = {}
+    recent = recent or {}
+
+    def silent(key: tuple[str, str]) -> bool:
+        return targets[key]["health"] == "down" and not recent.get(key)
+
     for m in ext.members:
-        t = targets.get(("node", m))
-        if t is None:
+        if ("node", m) not in targets:
             out[m] = "Prometheus has no target for its node exporter"
-        elif t["health"] == "down":
-            out[m] = f"node exporter does not answer ({t['error'] or 'down'})"
-    slurm = next((t for (job, _), t in targets.items() if job == "slurm"), None)
+        elif silent(("node", m)):
+            out[m] = f"node exporter does not answer ({targets['node', m]['error'] or 'down'})"
+    slurm = next((key for key in targets if key[0] == "slurm"), None)
     why = ("Prometheus has no target for the Slurm exporter" if slurm is None
-           else f"Slurm exporter does not answer ({slurm['error'] or 'down'})" if slurm["health"] == "down" else "")
+           else f"Slurm exporter does not answer ({targets[slurm]['error'] or 'down'})" if silent(slurm) else "")
     if why:
         out[ext.controller] = f"{out[ext.controller]}; {why}" if ext.controller in out else why
     return out

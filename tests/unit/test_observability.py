@@ -2,7 +2,7 @@
 (roles/observability/files/slurm_exporter.py) on `sinfo --json` / `squeue --json` recorded on a
 real cluster (tests/unit/data/slurm-*.json, Slurm 24.11.5: one compute node running user01's job,
 user02's pending), the probe's parsing (lab/configure/extensions.py) on Prometheus 2.53's answers
-recorded on the same cluster (tests/unit/data/prometheus-probe*.json), the role's variables from an
+recorded on the same cluster (tests/unit/data/prometheus-probe*.json, with a second compute node), the role's variables from an
 Extension and the files the role renders from them (ansible-core itself, a local play), and
 AnsibleConfigurer's extension methods with the playbook run faked.
 """
@@ -43,8 +43,9 @@ se = _exporter()
 SINFO = json.loads((DATA / "slurm-sinfo-alloc.json").read_text())
 SQUEUE = json.loads((DATA / "slurm-squeue.json").read_text())
 PROBE = json.loads((DATA / "prometheus-probe.json").read_text())
+PROBE_ONCE = json.loads((DATA / "prometheus-probe-once.json").read_text())
 PROBE_DOWN = json.loads((DATA / "prometheus-probe-down.json").read_text())
-MEMBERS = ("obs-compute-1", "obs-controller-1")
+MEMBERS = ("obs-compute-1", "obs-compute-2", "obs-controller-1")
 
 
 def ext(config: dict | None = None, members=MEMBERS, version="1.1.0") -> Extension:
@@ -181,62 +182,85 @@ def test_the_exporter_serves_http_from_its_cache():
 
 
 # ------------------------------------------------------------------ the probe's parsing
+# Recorded on the same cluster with three members, user01's and user02's jobs running, a 30 s scrape
+# interval: all answering; obs-compute-2's node exporter stopped, one scrape later (its `up_recent` still
+# 1) and two intervals later (0).
 def test_probe_of_the_recorded_answer():
-    p = ex.parse(PROBE, ext(ADVANCED), 1796407928.0)
+    p = ex.parse(PROBE, ext(ADVANCED), 1796408700.0)
     assert p.unhealthy == {}
     s = p.sample
-    assert s["time"] == 1796407928.0 and s["simulated"] is False
-    assert s["slurm"]["jobs"] == {"running": 1, "pending": 1}
-    assert s["slurm"]["nodes"]["allocated"] == 1
-    assert s["slurm"]["cpus"] == {"allocated": 1, "total": 1}
-    assert s["slurm"]["memory_mib"] == {"allocated": 576, "total": 576}
-    assert s["slurm"]["partitions"] == {"dev": {"running": 1, "pending": 1}}
-    assert s["slurm"]["users"]["user01"] == {"running": 1, "pending": 0}
-    assert s["nodes"]["obs-compute-1"] == {"up": True, "load1": 0.99, "mem_used_mib": 168, "mem_total_mib": 714}
-    assert s["nodes"]["obs-controller-1"]["mem_used_mib"] == (749678592 - 391331840) // 1048576
+    assert s["time"] == 1796408700.0 and s["simulated"] is False
+    assert s["slurm"]["jobs"] == {"running": 2, "pending": 0}
+    assert s["slurm"]["nodes"] == {"idle": 0, "allocated": 2, "mixed": 0, "down": 0, "drain": 0, "other": 0}
+    assert s["slurm"]["cpus"] == {"allocated": 2, "total": 2}
+    assert s["slurm"]["memory_mib"] == {"allocated": 300, "total": 1152}
+    assert s["slurm"]["partitions"] == {"dev": {"running": 2, "pending": 0}}
+    assert s["slurm"]["users"] == {"user01": {"running": 1, "pending": 0}, "user02": {"running": 1, "pending": 0}}
+    assert s["nodes"]["obs-compute-2"] == {"up": True, "load1": 0.51, "mem_used_mib": 180, "mem_total_mib": 714}
+    assert s["nodes"]["obs-controller-1"]["mem_used_mib"] == (749678592 - 388116480) // 1048576
+    assert set(s["nodes"]) == set(MEMBERS)
     json.dumps(s)  # JSON-safe
+
+
+def test_the_query_asks_for_two_scrape_intervals_of_up():
+    assert "max_over_time(up[65s])" in ex.query(ext({"scrapeIntervalSeconds": 30}))
+    assert "max_over_time(up[125s])" in ex.query(ext())
+    compile(ex.remote(ext()), "remote", "exec")
+    assert repr(ex.query(ext())) in ex.remote(ext()) and ":9090/" in ex.remote(ext())
 
 
 def test_probe_leaves_users_out_at_the_basic_slurm_level():
     assert "users" not in ex.parse(PROBE, ext(), 0.0).sample["slurm"]
 
 
-def test_probe_names_a_member_whose_node_exporter_does_not_answer():
-    p = ex.parse(PROBE_DOWN, ext(), 0.0)
-    assert list(p.unhealthy) == ["obs-compute-1"]
-    assert "connection refused" in p.unhealthy["obs-compute-1"]
-    assert p.sample["nodes"]["obs-compute-1"] == {"up": False}
-    assert p.sample["nodes"]["obs-controller-1"]["up"] is True
+def test_one_missed_scrape_is_not_unhealthy_two_intervals_are():
+    once = ex.parse(PROBE_ONCE, ext(), 0.0)
+    assert once.unhealthy == {}
+    assert once.sample["nodes"]["obs-compute-2"] == {"up": False}  # it did not answer the last scrape
+    down = ex.parse(PROBE_DOWN, ext(), 0.0)
+    assert list(down.unhealthy) == ["obs-compute-2"]
+    assert "connection refused" in down.unhealthy["obs-compute-2"]
+    assert down.sample["nodes"]["obs-compute-2"] == {"up": False}
+    assert down.sample["nodes"]["obs-controller-1"]["up"] is True
 
 
 def test_probe_counts_a_member_without_a_target_and_ignores_targets_of_non_members():
-    p = ex.parse(PROBE, ext(members=("obs-controller-1", "obs-compute-2")), 0.0)
-    assert list(p.unhealthy) == ["obs-compute-2"] and "no target" in p.unhealthy["obs-compute-2"]
-    assert set(p.sample["nodes"]) == {"obs-controller-1", "obs-compute-2"}
+    p = ex.parse(PROBE, ext(members=("obs-controller-1", "obs-compute-3")), 0.0)
+    assert list(p.unhealthy) == ["obs-compute-3"] and "no target" in p.unhealthy["obs-compute-3"]
+    assert set(p.sample["nodes"]) == {"obs-controller-1", "obs-compute-3"}
+
+
+def _edit(doc: dict, job: str, node: str, health: str, recent: str | None) -> dict:
+    doc = json.loads(json.dumps(doc))
+    for t in doc["targets"]["data"]["activeTargets"]:
+        if (t["labels"]["job"], t["labels"]["node"]) == (job, node):
+            t["health"], t["lastError"] = health, "connection refused" if health == "down" else ""
+    for r in doc["query"]["data"]["result"]:
+        m = r["metric"]
+        if (m["__name__"], m.get("job"), m.get("node")) == ("up_recent", job, node) and recent is not None:
+            r["value"][1] = recent
+    return doc
 
 
 def test_a_target_not_scraped_yet_is_not_unhealthy():
-    doc = json.loads(json.dumps(PROBE))
-    for t in doc["targets"]["data"]["activeTargets"]:
-        if t["labels"]["node"] == "obs-compute-1":
-            t["health"] = "unknown"
-    p = ex.parse(doc, ext(), 0.0)
+    p = ex.parse(_edit(PROBE, "node", "obs-compute-1", "unknown", None), ext(), 0.0)
     assert p.unhealthy == {} and p.sample["nodes"]["obs-compute-1"] == {"up": False}
 
 
 def test_a_silent_slurm_exporter_or_prometheus_names_the_controller():
-    doc = json.loads(json.dumps(PROBE_DOWN))
-    for t in doc["targets"]["data"]["activeTargets"]:
-        if t["labels"]["job"] == "slurm":
-            t["health"], t["lastError"] = "down", "connection refused"
+    doc = _edit(PROBE_DOWN, "slurm", "obs-controller-1", "down", "0")
     assert "Slurm exporter does not answer" in ex.parse(doc, ext(), 0.0).unhealthy["obs-controller-1"]
+    assert ex.parse(_edit(PROBE, "slurm", "obs-controller-1", "down", "1"), ext(), 0.0).unhealthy == {}
     p = ex.parse({"error": "URLError: <urlopen error [Errno 111] Connection refused>"}, ext(), 0.0)
     assert p.sample is None and "Prometheus does not answer" in p.unhealthy["obs-controller-1"]
 
 
-def test_the_remote_script_is_valid_python_with_the_query():
-    compile(ex.REMOTE, "remote", "exec")
-    assert repr(ex.QUERY) in ex.REMOTE and ":9090/" in ex.REMOTE
+def test_no_sample_while_prometheus_holds_no_slurm_numbers():
+    doc = json.loads(json.dumps(PROBE))
+    doc["query"]["data"]["result"] = [r for r in doc["query"]["data"]["result"]
+                                      if not r["metric"]["__name__"].startswith("slurm_")]
+    p = ex.parse(doc, ext(), 0.0)
+    assert p.sample is None and p.unhealthy == {}
 
 
 # ------------------------------------------------------------------ the role's variables and files
