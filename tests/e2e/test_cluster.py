@@ -12,7 +12,10 @@ run changes nothing, `slurmlab verify` passes and then names the check that fail
 slurmd is stopped, a deep health check (StartClusterHealthCheck) finds that node and reboots it back
 into Slurm, a scale-out (the new node then moves to a new group with MoveClusterNodes), a rolling software
 update replaces the GPU node with a VM of another box while a job runs on a CPU node adds a third node and a scale-in removes it while the rest keep
-working, and delete leaves nothing in libvirt.
+working, and delete leaves nothing in libvirt. Issue 30: boto3's CreateClusterExtension puts
+sagemaker-observability on the running cluster: Active, a student's job in the Slurm metrics, node metrics
+of every node and of the scale-out's late joiner, Degraded naming a node whose exporter stopped and back,
+the console's charts drawn in Chromium; DeleteClusterExtension leaves no part on any node.
 """
 
 from __future__ import annotations
@@ -104,6 +107,38 @@ def lab_home(tmp_path_factory):
         shutil.copytree(home / "clusters" / NAME / "ansible", dest / "ansible", dirs_exist_ok=True,
                         ignore=shutil.ignore_patterns("fact_cache"))
     close_home(home, old, NAME, "engine.log")
+
+
+class Served:
+    """`slurmlab serve` on the class cluster's lab home, started once for the module's boto3 tests."""
+
+    def __init__(self, home: Path):
+        self.log = open(home / "serve.log", "w")
+        self.proc = subprocess.Popen([sys.executable, "-m", "lab", "serve", "--provider", "vagrant", "--port", "0"],
+                                     stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        (home / "serve.json").unlink(missing_ok=True)
+        _wait(lambda: (home / "serve.json").exists() or self.proc.poll() is not None, 60, "slurmlab serve", 0.2)
+        assert self.proc.poll() is None, (home / "serve.log").read_text()[-2000:]
+        time.sleep(0.3)
+        self.url = json.loads((home / "serve.json").read_text())["url"]
+
+    def client(self):
+        import boto3
+
+        return boto3.client("sagemaker", endpoint_url=self.url, region_name="us-east-1",
+                            aws_access_key_id="x", aws_secret_access_key="x")
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=30)
+        self.log.close()
+
+
+@pytest.fixture(scope="module")
+def served(lab_home):
+    s = Served(lab_home)
+    yield s
+    s.stop()
 
 
 def test_bad_spec_creates_nothing(tmp_path):
@@ -540,6 +575,94 @@ def _kill_engine_when(node: str, phase: str, timeout: float = 900) -> int:
     return pid
 
 
+OBS_CONFIG = {"metricsProvider": {"nodeMetrics": {"level": "BASIC"}, "slurmMetrics": {"level": "ADVANCED"}},
+              "scrapeIntervalSeconds": 10}
+OBS = {}  # the extension's ARN, between the tests that create, use and delete it
+
+
+def _extension(client) -> dict:
+    return client.describe_cluster_extension(ClusterArn=describe()["ClusterArn"], ExtensionArn=OBS["arn"])
+
+
+def _samples() -> list[dict]:
+    data = json.loads(sl("metrics", NAME, "--output", "json").stdout)
+    return data["Samples"] if isinstance(data, dict) else data
+
+
+def _new_samples(after: float) -> list[dict]:
+    return [x for x in _samples() if x["time"] > after]
+
+
+def test_observability_extension_through_boto3(served, tmp_path):
+    """Issue 30: boto3's CreateClusterExtension installs sagemaker-observability on the running cluster
+    (node exporter on every node, Prometheus and the Slurm exporter on the controller); it becomes
+    Active with every node counted; a student's job shows in the Slurm metrics of the next samples,
+    per user; every node reports node metrics; a node exporter that stops makes the extension
+    Degraded with that node named, and it recovers by itself; the console's metrics view draws it."""
+    client = served.client()
+    arn = describe()["ClusterArn"]
+    OBS["arn"] = client.create_cluster_extension(ClusterArn=arn, ExtensionName="sagemaker-observability",
+                                                 ExtensionVersion="1.1.0",
+                                                 ConfigurationValues=json.dumps(OBS_CONFIG))["ExtensionArn"]
+    _wait(lambda: _extension(client)["ExtensionDetails"]["Status"] not in ("Creating",), 900, "the extension installed")
+    d = _extension(client)
+    running = [n for n in nodes().values() if n["InstanceStatus"]["Status"] == "Running"]
+    assert d["ExtensionDetails"]["Status"] == "Active", d
+    assert d["NodeSummary"] == {"TotalCount": len(running), "ActiveCount": len(running)}, d
+    assert "Health" not in d or not d["Health"]["Issues"], d
+
+    before = time.time()
+    job = student("sbatch --parsable -p dev --wrap 'sleep 120'").strip()
+    try:
+        def shows_the_job() -> bool:
+            late = [x for x in _new_samples(before) if x["slurm"]["jobs"]["running"] + x["slurm"]["jobs"]["pending"]]
+            return bool(late)
+
+        _wait(shows_the_job, 120, "the job in the Slurm metrics")
+        first = next(x for x in _new_samples(before) if x["slurm"]["jobs"]["running"] + x["slurm"]["jobs"]["pending"])
+        assert first["simulated"] is False
+        assert sum(first["slurm"]["users"]["user03"].values()) >= 1, first["slurm"]
+        assert sum(first["slurm"]["nodes"].values()) == len([n for n in running if n["InstanceGroupName"] != "controller"
+                                                            and n["InstanceGroupName"] != "login"]), first["slurm"]
+        assert {n for n, v in first["nodes"].items() if v["up"] and v["load1"] >= 0} == {
+            name for name, n in nodes().items() if n["InstanceStatus"]["Status"] == "Running"}, first["nodes"]
+    finally:
+        on("login", f"scancel {job}")
+
+    # health: a node exporter that does not answer, then answers again
+    on(f"{NAME}-compute-2", "sudo systemctl stop prometheus-node-exporter")
+    try:
+        _wait(lambda: _extension(client)["ExtensionDetails"]["Status"] == "Degraded", 180, "Degraded")
+        d = _extension(client)
+        issues = d["Health"]["Issues"]
+        assert [i["Code"] for i in issues] == ["ExtensionUnhealthy"] and f"{NAME}-compute-2" in issues[0]["Message"], d
+        assert issues[0]["NodeCount"] == 1 and d["NodeSummary"]["ActiveCount"] == d["NodeSummary"]["TotalCount"] - 1, d
+    finally:
+        on(f"{NAME}-compute-2", "sudo systemctl start prometheus-node-exporter")
+    _wait(lambda: _extension(client)["ExtensionDetails"]["Status"] == "Active", 180, "Active again")
+    assert "Health" not in _extension(client) or not _extension(client)["Health"]["Issues"]
+    _console_metrics_view(served, tmp_path)
+
+
+def _console_metrics_view(served, tmp_path) -> None:
+    """The console's metrics view in headless Chromium, on this real cluster: its charts have data;
+    the screenshot is kept under artifacts/ (docs/img/metrics.png is one of these)."""
+    from tests.api.test_console import CHROMIUM, chromium
+
+    assert CHROMIUM, "the console test needs Debian's chromium (scripts/host-setup.sh installs it)"
+    url = f"{served.url}/"
+    dom = chromium(tmp_path, url, "--dump-dom", budget_ms=15000).stdout
+    assert 'data-chart="ok"' in dom, dom[-3000:]
+    import re
+
+    points = [int(n) for n in re.findall(r'data-points="(\d+)"', dom)]
+    assert points and min(points) > 0, points
+    out = REPO / "artifacts" / "metrics.png"
+    out.parent.mkdir(exist_ok=True)
+    chromium(tmp_path, url, f"--screenshot={out}", "--window-size=1280,1000", budget_ms=15000)
+    assert out.stat().st_size > 20_000
+
+
 def test_scale_out_then_in():
     """BatchAddClusterNodes: a third compute node joins the running cluster, every node resolves its
     name, srun reaches it. BatchDeleteClusterNodes of that node: drained, out of slurm.conf, VM gone;
@@ -560,6 +683,11 @@ def test_scale_out_then_in():
     # the late joiner has the student accounts and the shared /home
     assert student("hostname > ~/late-joiner.txt; cat ~/late-joiner.txt", node=new).strip() == new
     assert on(new, "id -u user03").strip() == on("login", "id -u user03").strip()
+    if OBS:  # issue 30: the extension reached the late joiner, and it reports node metrics
+        joined = time.time()
+        _wait(lambda: any(x["nodes"].get(new, {}).get("up") for x in _new_samples(joined)), 300,
+              f"node metrics of {new}")
+        assert on(new, "systemctl is-active prometheus-node-exporter").strip() == "active"
 
     _move_to_a_new_group(new)
     assert new in sl("batch-delete-cluster-nodes", NAME, new).stdout
@@ -575,6 +703,28 @@ def test_scale_out_then_in():
         conn.close()
     assert on("login", "sinfo -h -N -p dev -o '%N'").split() == [f"{NAME}-compute-1", f"{NAME}-compute-2"]
     assert sorted(on("login", "srun -p dev -N2 hostname").split()) == [f"{NAME}-compute-1", f"{NAME}-compute-2"]
+
+
+def test_delete_cluster_extension_removes_every_part(served):
+    """DeleteClusterExtension: Deleting until every node is clean, then Describe is ResourceNotFound and
+    no node runs or keeps a part of it (so the rest of the suite does not pay its CPU)."""
+    assert OBS, "test_observability_extension_through_boto3 made the extension"
+    client = served.client()
+    arn = describe()["ClusterArn"]
+    client.delete_cluster_extension(ClusterArn=arn, ExtensionArn=OBS["arn"])
+
+    def gone() -> bool:
+        return client.list_cluster_extensions(ClusterArn=arn)["Extensions"] == []
+
+    _wait(gone, 600, "the extension removed")
+    with pytest.raises(client.exceptions.ResourceNotFound):
+        client.describe_cluster_extension(ClusterArn=arn, ExtensionArn=OBS["arn"])
+    check = ("systemctl is-active prometheus-node-exporter prometheus slurmlab-slurm-exporter 2>/dev/null | grep -cx active; "
+             "ls -d /etc/prometheus/slurmlab.yml /var/lib/prometheus/slurmlab /usr/local/lib/slurmlab/slurm_exporter.py "
+             "/etc/systemd/system/prometheus-node-exporter.service.d/slurmlab.conf 2>/dev/null | wc -l")
+    for node in ("controller", "login", f"{NAME}-compute-1", f"{NAME}-compute-2", "gpu"):
+        assert on(node, check).split() == ["0", "0"], node
+    OBS.clear()
 
 
 def _move_to_a_new_group(node: str) -> None:
@@ -731,7 +881,7 @@ def _rig_sees(command: str) -> str:
     return p.stdout
 
 
-def test_a_second_host_takes_the_cluster_the_first_has_no_room_for_and_loses_it_to_recovery(tmp_path):
+def test_a_second_host_takes_the_cluster_the_first_has_no_room_for_and_loses_it_to_recovery(served):
     """Issues 16 and 29 on real VMs: a second libvirt host that looks like another machine (`host simulate
     --remote`: its own libvirtd, sshd and address in namespaces of its own, none of the lab's files there),
     reached only over qemu+ssh. With this host's memory limited to what the class cluster uses plus 1000 MiB,
@@ -741,8 +891,6 @@ def test_a_second_host_takes_the_cluster_the_first_has_no_room_for_and_loses_it_
     srun works again; when the remote is back, what the cluster left there is removed (its uploaded munge
     key too); delete and `host remove` leave nothing on either host."""
     import xml.etree.ElementTree as ET
-
-    import boto3
 
     from lab.host import registry, rig, simulated, sshhost
     from lab.providers import domains, hostside
@@ -755,22 +903,13 @@ def test_a_second_host_takes_the_cluster_the_first_has_no_room_for_and_loses_it_
     assert not list(simulated.folder(H2).rglob("libvirt-sock"))
     sl("delete-cluster", FAR, "--leftovers", timeout=300)  # a killed run's far, in the simulated host's own libvirt
     sl("capacity", "set", "ml.c5.large", "8")  # the class's capacity day had room for its own nodes only
-    server = None
     try:
         conn = libvirtd.connect()
         try:
             sl("host", "limit", "local", "--memory-mib", str(_active_mib(conn) + 1000))
         finally:
             conn.close()
-        state = Path(os.environ["SLURMLAB_HOME"])
-        log = open(tmp_path / "serve.log", "w")
-        server = subprocess.Popen([sys.executable, "-m", "lab", "serve", "--provider", "vagrant", "--port", "0"],
-                                  stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        (state / "serve.json").unlink(missing_ok=True)
-        _wait(lambda: (state / "serve.json").exists() or server.poll() is not None, 60, "slurmlab serve", 0.2)
-        time.sleep(0.3)
-        client = boto3.client("sagemaker", endpoint_url=json.loads((state / "serve.json").read_text())["url"],
-                              region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+        client = served.client()
         lifecycle = {"SourceS3Uri": str(REPO / "examples" / "lifecycle"), "OnCreate": "on_create.sh"}
         arn = client.create_cluster(ClusterName=FAR, NodeProvisioningMode="Continuous", NodeRecovery="Automatic",
                                     InstanceGroups=[
@@ -846,9 +985,6 @@ def test_a_second_host_takes_the_cluster_the_first_has_no_room_for_and_loses_it_
         assert not (Path(os.environ["SLURMLAB_HOME"]) / "bin" / f"ssh-to-{H2}").exists()
         assert [h["name"] for h in json.loads(sl("host", "list", "--output", "json").stdout)] == ["local"]
     finally:
-        if server is not None:
-            server.send_signal(signal.SIGTERM)
-            server.wait(timeout=30)
         sl("host", "limit", "local", "--memory-mib", "0", check=False)
         sl("delete-cluster", FAR, check=False, timeout=900)
         if simulated.folder(H2).exists():
