@@ -576,7 +576,7 @@ def _kill_engine_when(node: str, phase: str, timeout: float = 900) -> int:
 
 
 OBS_CONFIG = {"metricsProvider": {"nodeMetrics": {"level": "BASIC"}, "slurmMetrics": {"level": "ADVANCED"}},
-              "scrapeIntervalSeconds": 10}
+              "scrapeIntervalSeconds": 15}
 OBS = {}  # the extension's ARN, between the tests that create, use and delete it
 
 
