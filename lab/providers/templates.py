@@ -227,9 +227,16 @@ def ensure_network(conn) -> None:
     try:
         net = conn.networkLookupByName(NET_NAME)
     except libvirt.libvirtError:
-        net = conn.networkDefineXML(network_xml(NET_NAME, NET_BRIDGE, ipaddress.ip_network(NET_SUBNET)))
+        try:
+            net = conn.networkDefineXML(network_xml(NET_NAME, NET_BRIDGE, ipaddress.ip_network(NET_SUBNET)))
+        except libvirt.libvirtError:  # another template's build defined it first
+            net = conn.networkLookupByName(NET_NAME)
     if not net.isActive():
-        net.create()
+        try:
+            net.create()
+        except libvirt.libvirtError:  # templates of two shapes built at once: one of them started it
+            if not net.isActive():
+                raise
 
 
 def _build(t: Template, box: str, shape: Shape, driver: str) -> None:

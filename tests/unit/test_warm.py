@@ -241,3 +241,48 @@ def test_a_domain_removed_while_observed_is_gone_not_unreachable(monkeypatch):
     monkeypatch.setattr(vagrant.domains, "of_cluster", lambda conn, c: [Dom("c-compute-1"), Dom("c-compute-2", gone=True)])
     seen = vagrant.VagrantProvider(box="b").observe("c")
     assert list(seen) == ["c-compute-1"] and seen["c-compute-1"].state == "running"
+
+
+def test_two_template_builds_at_once_share_the_network():
+    """Templates of two shapes are built at once (box build --for SPEC): the second build's define and
+    start of the templates' network find it done by the first, and go on."""
+    import libvirt
+
+    from lab.providers import templates
+
+    class Net:
+        def __init__(self):
+            self.active, self.created = False, 0
+
+        def isActive(self):
+            return self.active
+
+        def create(self):
+            self.active = True  # the other build started it between isActive() and create()
+            raise libvirt.libvirtError("Requested operation is not valid: network is already active")
+
+    class Conn:
+        def __init__(self):
+            self.net, self.lookups = Net(), 0
+
+        def networkLookupByName(self, name):
+            self.lookups += 1
+            if self.lookups == 1:
+                raise libvirt.libvirtError("Network not found")
+            return self.net
+
+        def networkDefineXML(self, xml):
+            raise libvirt.libvirtError("network 'slurmlab-templates' already exists")
+
+    conn = Conn()
+    templates.ensure_network(conn)
+    assert conn.net.active and conn.lookups == 2
+
+    class Broken(Net):
+        def create(self):
+            raise libvirt.libvirtError("cannot create bridge")
+
+    conn = Conn()
+    conn.net = Broken()
+    with pytest.raises(libvirt.libvirtError, match="bridge"):
+        templates.ensure_network(conn)
