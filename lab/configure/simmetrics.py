@@ -37,11 +37,13 @@ def sample(cluster: str, groups, nodes, ext: Extension, unhealthy: dict[str, str
         if g is None or g.node_type != "Compute" or n.name not in in_slurm:
             continue
         st = _state(broken.get(n.name), r)
+        if st == "mixed" and g.cpus < 2:
+            st = "allocated"  # Slurm's mixed is some CPUs allocated: a 1-CPU node has none or all
         states[st] += 1
         share = {"allocated": 1.0, "mixed": 0.5}.get(st, 0.0)
         cpus["total"] += g.cpus
         mem["total"] += g.memory_mib
-        cpus["allocated"] += int(g.cpus * share)
+        cpus["allocated"] += max(1, g.cpus // 2) if st == "mixed" else int(g.cpus * share)
         mem["allocated"] += int(g.memory_mib * share * 0.6)
         running = (st == "allocated") + (st == "mixed")
         jobs["running"] += running

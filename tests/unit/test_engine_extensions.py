@@ -195,3 +195,23 @@ def test_refused_requests_change_nothing(tmp_path):
         await lab.finish()
 
     asyncio.run(go())
+
+
+def test_simulated_one_cpu_nodes_are_never_mixed_and_running_jobs_hold_cpus():
+    """Slurm's `mixed` is some of a node's CPUs allocated: a 1-CPU node is idle or allocated, and a
+    simulated sample with running jobs never shows 0 CPUs allocated."""
+    from types import SimpleNamespace as NS
+
+    from lab.configure import simmetrics
+    from lab.configure.base import Extension
+
+    groups = [NS(name="compute", node_type="Compute", cpus=1, memory_mib=768, partitions=["dev"])]
+    nodes = [NS(name=f"c-compute-{i}", grp="compute") for i in range(1, 4)]
+    ext = Extension("sagemaker-observability", "1.1.0", {}, tuple(n.name for n in nodes), "c-controller-1")
+    seen = set()
+    for probe in range(40):
+        s = simmetrics.sample("c", groups, nodes, ext, {}, {n.name for n in nodes}, {}, 0.0, probe)["slurm"]
+        assert s["nodes"]["mixed"] == 0, s
+        assert s["cpus"]["allocated"] == s["nodes"]["allocated"], s
+        seen.add(s["jobs"]["running"] > 0)
+    assert seen == {True, False}
