@@ -626,6 +626,7 @@ def test_observability_extension_through_boto3(served, tmp_path):
                                                             and n["InstanceGroupName"] != "login"]), first["slurm"]
         assert {n for n, v in first["nodes"].items() if v["up"] and v["load1"] >= 0} == {
             name for name, n in nodes().items() if n["InstanceStatus"]["Status"] == "Running"}, first["nodes"]
+        _keep("metrics.txt", sl("metrics", NAME, "--last", "4"))
     finally:
         on("login", f"scancel {job}")
 
