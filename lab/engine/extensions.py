@@ -9,7 +9,9 @@ Each pass, for each extension of a cluster (one task at a time per extension, ke
   retried once a scrape interval. Every `scrapeIntervalSeconds` a probe (`extension_probe`):
   members that do not answer make it Degraded with one Health issue (Code ExtensionUnhealthy, the
   nodes named in Message: the model has no node field); every member answering makes it Active
-  again. The probe's metrics sample is kept (Store.add_extension_sample, the newest 120).
+  again; a node is judged only GRACE_SCRAPES scrape intervals after its install (the controller's
+  collector may scrape it before its exporter, started in the same run, listens). The probe's metrics
+  sample is kept (Store.add_extension_sample, the newest 120).
 - Deleting: removed (`extension_remove`) from the nodes it is on, then the row goes; when no node
   could be rid of it, DeleteFailed.
 A request that changed the row while a task ran (lab/control/extensions.py bumps `modified_at`)
@@ -31,6 +33,7 @@ from lab.store.db import ClusterRow, ExtensionRow
 log = logging.getLogger(__name__)
 
 SHOWN_NODES = 20  # nodes named in one health issue's Message (1024 characters at most)
+GRACE_SCRAPES = 2  # scrape intervals after its install before a node that does not answer counts
 
 
 def issue(code: str, what: str, nodes: dict[str, str]) -> dict:
@@ -54,6 +57,10 @@ class ExtensionWork:
     def __init__(self, rec: Records, io: Backends, tasks: Tasks):
         self.rec, self.io, self.tasks = rec, io, tasks
         self.store, self.clock = rec.store, rec.clock
+        # (cluster, extension, node) -> when an apply last finished there: a node is not judged by a
+        # probe until the collector has had GRACE_SCRAPES scrapes of it (Prometheus on the controller
+        # may scrape a node before its exporter, installed in the same run, listens)
+        self.applied_at: dict[tuple[str, str, str], float] = {}
 
     def step(self, c: ClusterRow, groups, nodes) -> None:
         if c.status in (Status.DELETING, Status.FAILED):
@@ -128,6 +135,9 @@ class ExtensionWork:
         except Exception as x:  # noqa: BLE001 - every target failed, the reason shown
             failed = {n: str(x) or type(x).__name__ for n in targets}
         ok = [n for n in targets if n not in failed]
+        done = self.clock()
+        for n in ok:
+            self.applied_at[(cluster, e.name, n)] = done
         now = self.store.extension(cluster, e.name)
         if now is None:
             return
@@ -160,7 +170,9 @@ class ExtensionWork:
         now = self.store.extension(cluster, e.name)
         if now is None or now.modified_at != e.modified_at or now.status not in ("Active", "Degraded"):
             return
-        unhealthy = {n: w for n, w in got.unhealthy.items() if n in ext.members}
+        grace = GRACE_SCRAPES * scrape_interval(now.settings)
+        unhealthy = {n: w for n, w in got.unhealthy.items() if n in ext.members
+                     and self.clock() - self.applied_at.get((cluster, e.name, n), float("-inf")) >= grace}
         status = "Degraded" if unhealthy or now.failed else "Active"
         self.store.update_extension(cluster, e.name, unhealthy=unhealthy, status=status,
                                     issues=health_issues(now.failed, unhealthy))

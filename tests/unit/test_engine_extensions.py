@@ -215,3 +215,23 @@ def test_simulated_one_cpu_nodes_are_never_mixed_and_running_jobs_hold_cpus():
         assert s["cpus"]["allocated"] == s["nodes"]["allocated"], s
         seen.add(s["jobs"]["running"] > 0)
     assert seen == {True, False}
+
+
+def test_a_node_is_judged_two_scrapes_after_its_install(tmp_path):
+    """The controller's collector may scrape a node before the exporter installed in the same run
+    listens: a node that does not answer right after its install leaves the extension Active until
+    two scrape intervals have passed, then makes it Degraded."""
+    async def go():
+        lab = SimLab(tmp_path)
+        await _ready(lab, computes=1)
+        capacity.apply(lab.st, capacity.parse("faults: {seed: 3, extension_unhealthy_rate: 1}"))
+        extensions.create(lab.st, "demo", OBS, configuration=FAST)
+        await lab.run_until(lambda: _ext(lab).status != "Creating")
+        installed = lab.clock()
+        assert _ext(lab).status == "Active"
+        await lab.run_until(lambda: _ext(lab).status == "Degraded")
+        assert lab.clock() - installed >= 2 * 10
+        assert len(lab.st.extension_samples("demo")) >= 1  # probed meanwhile, not judged
+        await lab.finish()
+
+    asyncio.run(go())
