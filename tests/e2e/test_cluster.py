@@ -628,7 +628,7 @@ def test_observability_extension_through_boto3(served, tmp_path):
             name for name, n in nodes().items() if n["InstanceStatus"]["Status"] == "Running"}, first["nodes"]
         _keep("metrics.txt", sl("metrics", NAME, "--last", "4"))
     finally:
-        on("login", f"scancel {job}")
+        on("login", f"sudo scancel {job}")  # user03's job: the ssh user may not cancel it
 
     # health: a node exporter that does not answer, then answers again
     on(f"{NAME}-compute-2", "sudo systemctl stop prometheus-node-exporter")
