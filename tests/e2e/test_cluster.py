@@ -882,15 +882,16 @@ def _rig_sees(command: str) -> str:
     return p.stdout
 
 
-def test_a_second_host_takes_the_cluster_the_first_has_no_room_for_and_loses_it_to_recovery(served):
+def test_a_second_host_takes_the_cluster_the_first_has_no_room_for(served):
     """Issues 16 and 29 on real VMs: a second libvirt host that looks like another machine (`host simulate
     --remote`: its own libvirtd, sshd and address in namespaces of its own, none of the lab's files there),
     reached only over qemu+ssh. With this host's memory limited to what the class cluster uses plus 1000 MiB,
     a cluster made with boto3 (controller + 1 compute, 1536 MiB: two VMs keep the test's cold boots short) is
-    placed on the remote host; its domains name no file of this machine; both clusters run `srun`. With room here again, the remote's
-    libvirtd is stopped: after SLURMLAB_HOST_LOST_S its nodes become Failure and are launched again here;
-    srun works again; when the remote is back, what the cluster left there is removed (its uploaded munge
-    key too); delete and `host remove` leave nothing on either host."""
+    placed on the remote host; its domains name no file of this machine; both clusters run `srun`. Delete
+    removes what the cluster had on the remote (its uploaded munge key too) and `host remove` leaves nothing
+    on either host. (The loss of a host, its nodes rebuilt here, is on the sim engine:
+    tests/unit/test_engine_hostloss.py; it ran on real VMs in CI until stop 37, then left the e2e suite
+    for CI's time budget.)"""
     import xml.etree.ElementTree as ET
 
     from lab.host import registry, rig, simulated, sshhost
@@ -951,22 +952,6 @@ def test_a_second_host_takes_the_cluster_the_first_has_no_room_for_and_loses_it_
         assert sl("ssh", FAR, "controller", "--", srun).stdout.split() == ["far-compute-1"]
         assert sorted(h.split(".")[0] for h in on("login", srun).split()) == [f"{NAME}-compute-1", f"{NAME}-compute-2"]
 
-        # the second host goes away, with room for the cluster here now
-        sl("host", "limit", "local", "--memory-mib", "0")
-        pid = simulated.pid(H2)
-        assert pid, "the simulated host's libvirtd should run"
-        os.kill(pid, signal.SIGTERM)
-        _wait(lambda: any(f"host {H2} lost" in e and "now lives on host local" in e for e in _events_of(FAR)),
-              300, "the engine to give the second host up")
-        failed = [e for e in _events_of(FAR) if f": Failure: host {H2} lost" in e]
-        assert sorted(e.split(":")[0] for e in failed) == ["far-compute-1", "far-controller-1"], failed
-        _wait(far_full, 1200, "cluster far rebuilt on this host")
-        assert json.loads(sl("describe-cluster", FAR, "--output", "json").stdout)["Lab"]["Host"] == "local"
-        assert sl("ssh", FAR, "controller", "--", srun).stdout.split() == ["far-compute-1"]
-
-        # the host is back: what the cluster left there goes (the engine asks every 30 s)
-        sl("host", "simulate", H2, "--remote")
-
         def nothing_left_on_h2() -> bool:
             c = h2.connect()
             try:
@@ -977,9 +962,9 @@ def test_a_second_host_takes_the_cluster_the_first_has_no_room_for_and_loses_it_
             finally:
                 c.close()
 
-        _wait(nothing_left_on_h2, 180, "the old VMs on the second host to be removed")
         client.delete_cluster(ClusterName=FAR)
         _wait(lambda: all(c["ClusterName"] != FAR for c in client.list_clusters()["ClusterSummaries"]), 600, "far deleted")
+        assert nothing_left_on_h2(), "delete left domains, the network or volumes (the munge key's too) on the remote"
         sl("host", "remove", H2)
         assert not Path("/run/netns", simulated.netns(H2)).exists() and not simulated.folder(H2).exists()
         assert not sshhost.folder(H2).exists() and not Path(sshhost.control_path(H2)).exists()
