@@ -28,6 +28,14 @@ def _say(text: str) -> None:
     out.print(text, markup=False, highlight=False)
 
 
+def _answer(row, output: Output, text: str) -> None:
+    """A changing request's reply: the ExtensionArn (HyperPod's answer) as JSON, or a line for people."""
+    if output == Output.json:
+        print_json({"ExtensionArn": row.arn})
+    else:
+        _say(text)
+
+
 @app.command("create-cluster-extension")
 def create_cluster_extension(
     name: str,
@@ -40,10 +48,7 @@ def create_cluster_extension(
     from lab.control import extensions
 
     row = extensions.create(store(), name, extension, version, configuration, start_engine=True)
-    if output == Output.json:
-        print_json({"ExtensionArn": row.arn})
-        return
-    _say(f"{row.name} {row.version} Creating on {name} ({row.arn}); watch: slurmlab describe-cluster-extension {name}")
+    _answer(row, output, f"{row.name} {row.version} Creating on {name} ({row.arn}); watch: slurmlab describe-cluster-extension {name}")
 
 
 @app.command("describe-cluster-extension")
@@ -106,10 +111,7 @@ def update_cluster_extension(
     from lab.control import extensions
 
     row = extensions.update(store(), name, extension, version, configuration, start_engine=True)
-    if output == Output.json:
-        print_json({"ExtensionArn": row.arn})
-        return
-    _say(f"{row.name} {row.version} {row.status} on {name}")
+    _answer(row, output, f"{row.name} {row.version} {row.status} on {name}")
 
 
 @app.command("delete-cluster-extension")
@@ -118,7 +120,4 @@ def delete_cluster_extension(name: str, extension: str = ExtensionArg, output: O
     from lab.control import extensions
 
     row = extensions.delete(store(), name, extension, start_engine=True)
-    if output == Output.json:
-        print_json({"ExtensionArn": row.arn})
-        return
-    _say(f"{row.name} Deleting on {name}: removed from every node, then gone")
+    _answer(row, output, f"{row.name} Deleting on {name}: removed from every node, then gone")
