@@ -36,12 +36,12 @@ unit: lint        ## fast tests, no VMs
 
 e2e: BOX_FOR = --for examples/workshop.yaml
 e2e: box          ## real VMs only
-	$(PYTEST) -v -m e2e tests
+	$(PYTEST) -v --durations=40 -m e2e tests
 
 test: BOX_FOR = --for examples/workshop.yaml  # the e2e cluster's shapes: their templates before the tests
 test: box lint    ## every test: lint + unit + real VMs
 	mkdir -p artifacts
-	$(PYTEST) -v --junitxml=artifacts/junit.xml tests
+	$(PYTEST) -v --durations=40 --junitxml=artifacts/junit.xml tests
 
 clean:
 	rm -rf $(VENV) artifacts

@@ -950,7 +950,8 @@ def test_a_second_host_takes_the_cluster_the_first_has_no_room_for(served):
         assert sl("ssh", FAR, "controller", "--", "systemctl is-active munge").stdout.strip() == "active"
         srun = "timeout 120 srun --immediate=60 -p dev -N1 hostname"
         assert sl("ssh", FAR, "controller", "--", srun).stdout.split() == ["far-compute-1"]
-        assert sorted(h.split(".")[0] for h in on("login", srun).split()) == [f"{NAME}-compute-1", f"{NAME}-compute-2"]
+        both = srun.replace("-N1", "-N2")
+        assert sorted(h.split(".")[0] for h in on("login", both).split()) == [f"{NAME}-compute-1", f"{NAME}-compute-2"]
 
         def nothing_left_on_h2() -> bool:
             c = h2.connect()
