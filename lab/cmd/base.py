@@ -44,6 +44,20 @@ def store():
     return daemon.store()
 
 
+def node_named(st, name: str, node: str):
+    """The node `node` of cluster `name` (a node's name, or a group's name for its first node): its store
+    row; a LabError naming the fix when there is none."""
+    from lab.control import clusters
+    from lab.errors import LabError
+
+    clusters.get(st, name)
+    nodes = st.nodes(name)
+    match = next((n for n in nodes if n.name == node), None) or next((n for n in nodes if n.grp == node), None)
+    if match is None:
+        raise LabError(f"no node '{node}' in cluster {name}", f"list them: slurmlab list-cluster-nodes {name}")
+    return match
+
+
 def box_progress(line: str) -> None:
     """The box builder's lines carry their own elapsed time."""
     err.print(line, markup=False, highlight=False)

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from lab import exitcodes
-from lab.cmd.base import OutputOpt, Watcher, app, box_progress, print_accounts, print_cluster, store, with_accounts
+from lab.cmd.base import OutputOpt, Watcher, app, box_progress, node_named, print_accounts, print_cluster, store, with_accounts
 from lab.errors import LabError
 from lab.output import Output, Progress, err, out, print_json
 
@@ -354,16 +354,10 @@ def update_cluster_software(
 @app.command("ssh", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def ssh(ctx: typer.Context, name: str, node: str = typer.Argument(..., help="node name, or a group name for its first node")) -> None:
     """Open a shell on a node (or run the command given after --), with the cluster's own key."""
-    from lab.control import clusters
     from lab.providers.reach import cluster_ssh_exe
     from lab.workspace import ClusterDir
 
-    st = store()
-    clusters.get(st, name)
-    nodes = st.nodes(name)
-    match = next((n for n in nodes if n.name == node), None) or next((n for n in nodes if n.grp == node), None)
-    if match is None:
-        raise LabError(f"no node '{node}' in cluster {name}", f"list them: slurmlab list-cluster-nodes {name}")
+    match = node_named(store(), name, node)
     cmd = [cluster_ssh_exe(name), "-i", str(ClusterDir(name).ssh_key), "-o", "StrictHostKeyChecking=no",
            "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", f"vagrant@{match.address}", *ctx.args]
     os.execv(cmd[0], cmd)

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from lab.cmd.base import OutputOpt, app, store
+from lab.cmd.base import OutputOpt, app, node_named, store
 from lab.errors import LabError
 from lab.output import Output, out, print_json
 
@@ -43,10 +43,7 @@ def logs(
         raise LabError("--lifecycle and --unit name two different logs", "give one of them")
     st = store()
     c = clusters.get(st, name)
-    nodes = st.nodes(name)
-    match = next((n for n in nodes if n.name == node), None) or next((n for n in nodes if n.grp == node), None)
-    if match is None:
-        raise LabError(f"no node '{node}' in cluster {name}", f"list them: slurmlab list-cluster-nodes {name}")
+    match = node_named(st, name, node)
     if registry.info(c.provider).simulated:
         raise LabError(f"{name} is a simulated cluster: its nodes are not VMs and keep no logs",
                        "create the cluster with the default (real VM) provider")

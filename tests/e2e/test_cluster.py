@@ -642,7 +642,29 @@ def test_observability_extension_through_boto3(served, tmp_path):
         on(f"{NAME}-compute-2", "sudo systemctl start prometheus-node-exporter")
     _wait(lambda: _extension(client)["ExtensionDetails"]["Status"] == "Active", 180, "Active again")
     assert "Health" not in _extension(client) or not _extension(client)["Health"]["Issues"]
+    _prometheus_through_forward(len(running))
     _console_metrics_view(served, tmp_path)
+
+
+def _prometheus_through_forward(targets: int) -> None:
+    """`slurmlab forward NAME controller 9090`: the controller's Prometheus answers on this machine's
+    loopback (the connection to the node made inside the lab's namespace); every node's exporter is up."""
+    import urllib.request
+
+    p = subprocess.Popen([sys.executable, "-m", "lab", "forward", NAME, "controller", "9090", "--output", "json"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    try:
+        info = json.loads(p.stdout.readline() or "{}")
+        assert info.get("Local", "").startswith("127.0.0.1:"), (info, p.poll())
+        with urllib.request.urlopen(info["Url"] + "api/v1/query?query=up", timeout=60) as r:
+            data = json.load(r)
+        assert data["status"] == "success", data
+        up = [x for x in data["data"]["result"] if x["value"][1] == "1"]
+        assert len(up) >= targets, data  # a node exporter on every node (and the Slurm exporter)
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=30)
+    assert p.returncode == 0, p.stderr.read()[-2000:]
 
 
 def _console_metrics_view(served, tmp_path) -> None:
