@@ -1,0 +1,130 @@
+"""roles/jupyterhub without a VM (issue 31): the hub's configuration rendered by ansible-core from the
+role's defaults and the unit tests' inventory (demo-login-1), then run as JupyterHub would run it, with
+batchspawner and get_config() stood in: the URLs, PAM, the allowed students, the Slurm request, and the
+spawn form's values and refusals."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.unit.test_roles import INVENTORY, _ansible_tool, _env
+
+ROOT = Path(__file__).resolve().parents[2]
+ROLE = ROOT / "roles" / "jupyterhub"
+
+
+def _render(tmp: Path, extravars: dict | None = None) -> str:
+    out = tmp / "out"
+    out.mkdir()
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    play = [{"name": "Render the jupyterhub role's files", "hosts": "slurm_login", "gather_facts": False,
+             "connection": "local", "vars": defaults,
+             "tasks": [{"name": "Render", "ansible.builtin.template": {
+                 "src": f"{ROLE}/templates/{{{{ item }}}}.j2", "dest": f"{out}/{{{{ item }}}}", "mode": "0644"},
+                 "loop": ["jupyterhub_config.py", "dropin.conf"]}]}]
+    (tmp / "render.yml").write_text(yaml.safe_dump(play))
+    (tmp / "vars.json").write_text(json.dumps(extravars or {}))
+    cmd = [_ansible_tool("ansible-playbook"), "-i", str(INVENTORY), str(tmp / "render.yml"), "-e", f"@{tmp / 'vars.json'}",
+           "-e", f"ansible_python_interpreter={sys.executable}"]
+    proc = subprocess.run(cmd, cwd=tmp, env=_env(tmp), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "dropin.conf" in [p.name for p in out.iterdir()]
+    return (out / "jupyterhub_config.py").read_text()
+
+
+class Section(dict):
+    def __getattr__(self, name):
+        return self.setdefault(name, Section())
+
+    def __setattr__(self, name, value):
+        self[name] = value
+
+
+def _run(config: str, monkeypatch, partitions: str = "dev\ngpu\n") -> tuple[Section, dict]:
+    """The configuration as JupyterHub runs it: (c, the module's names)."""
+    fake = types.ModuleType("batchspawner")
+
+    class SlurmSpawner:
+        job_status, job_id = "", ""
+
+    fake.SlurmSpawner = SlurmSpawner
+    monkeypatch.setitem(sys.modules, "batchspawner", fake)
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, partitions, ""))
+    c = Section()
+    names = {"get_config": lambda: c, "__name__": "jupyterhub_config"}
+    exec(compile(config, "jupyterhub_config.py", "exec"), names)
+    return c, names
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory):
+    return _render(tmp_path_factory.mktemp("jh"))
+
+
+def test_the_hub_serves_the_cluster_s_path_and_lets_in_its_students_by_pam(rendered, monkeypatch):
+    c, names = _run(rendered, monkeypatch)
+    hub = c.JupyterHub
+    assert hub.bind_url == "http://:8000/demo/"  # a path per cluster: the browser's cookies of 127.0.0.1 stay apart
+    assert (hub.hub_ip, hub.hub_port, hub.hub_connect_ip) == ("0.0.0.0", 8081, "demo-login-1")
+    assert hub.authenticator_class == "pam" and c.PAMAuthenticator.service == "jupyterhub"
+    users = yaml.safe_load(INVENTORY.read_text())["all"]["vars"]["slurmlab_users"]
+    assert c.Authenticator.allowed_users == {u["name"] for u in users} and c.Authenticator.allowed_users
+    assert hub.spawner_class is names["LabSlurmSpawner"]
+    assert hub.db_url == "sqlite:////var/lib/jupyterhub/jupyterhub.sqlite" and hub.cleanup_servers is False
+    s = c.SlurmSpawner
+    assert (s.req_partition, s.req_nprocs, s.req_memory, s.req_runtime) == ("dev", "1", "384M", "60")
+    assert s.req_srun == "srun --overlap" and s.batch_query_cmd.endswith("'%T %r %B'")
+    assert c.Spawner.env_keep == ["PATH", "LANG"] and c.Spawner.default_url == "/lab"
+
+
+def test_the_spawn_form_offers_slurm_s_partitions_and_refuses_wrong_values(rendered, monkeypatch):
+    c, _ = _run(rendered, monkeypatch, partitions="gpu\ndev\nspare\ndev\n")
+    form = c.Spawner.options_form(None)
+    assert form.index('value="dev"') < form.index('value="gpu"') < form.index('value="spare"')  # the default first
+    to_options = c.Spawner.options_from_form
+    assert to_options({"partition": ["gpu"], "nprocs": ["2"], "memory": ["512"], "runtime": ["30"]}) == {
+        "partition": "gpu", "nprocs": "2", "memory": "512M", "runtime": "30"}
+    for bad, said in (({"partition": ["dev; rm -rf /"]}, "choose a partition"),
+                      ({"nprocs": ["two"]}, "whole numbers"),
+                      ({"memory": ["64"]}, "128 MiB"),
+                      ({"runtime": ["9999"]}, "between 5 and 480 minutes")):
+        form_values = {"partition": ["dev"], "nprocs": ["1"], "memory": ["384"], "runtime": ["60"], **bad}
+        with pytest.raises(ValueError, match=said):
+            to_options(form_values)
+
+
+def test_the_waiting_page_says_what_slurm_says(rendered, monkeypatch):
+    import asyncio
+
+    _, names = _run(rendered, monkeypatch)
+    spawner = names["LabSlurmSpawner"]()
+    spawner.job_id, spawner.job_status = "42", "PENDING Resources n/a"
+    spawner.state_ispending = lambda: True
+    spawner.state_isrunning = lambda: False
+
+    async def first():
+        async for event in spawner.progress():
+            return event
+
+    assert asyncio.run(first()) == {"message": "Slurm job 42 is pending: Resources"}
+    spawner.state_ispending, spawner.state_isrunning = (lambda: False), (lambda: True)
+    spawner.state_gethost = lambda: "demo-compute-1"
+    assert asyncio.run(first()) == {"message": "Slurm job 42 runs on demo-compute-1: JupyterLab is starting"}
+
+
+def test_the_role_refuses_a_bad_base_url(tmp_path):
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    play = [{"name": "Validate", "hosts": "slurm_login", "gather_facts": False, "connection": "local", "vars": defaults,
+             "tasks": [{"name": "Validate", "ansible.builtin.import_tasks": f"{ROLE}/tasks/validate.yml"}]}]
+    (tmp_path / "v.yml").write_text(yaml.safe_dump(play))
+    cmd = [_ansible_tool("ansible-playbook"), "-i", str(INVENTORY), str(tmp_path / "v.yml"), "-e", "jupyterhub_base_url=demo",
+           "-e", f"ansible_python_interpreter={sys.executable}"]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "jupyterhub_base_url a path" in proc.stdout, proc.stdout[-2000:]
