@@ -654,7 +654,12 @@ def _prometheus_through_forward(targets: int) -> None:
     p = subprocess.Popen([sys.executable, "-m", "lab", "forward", NAME, "controller", "9090", "--output", "json"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
     try:
-        info = json.loads(p.stdout.readline() or "{}")
+        text = ""
+        for line in p.stdout:  # --output json: one indented object, then the forward runs on
+            text += line
+            if line.startswith("}"):
+                break
+        info = json.loads(text or "{}")
         assert info.get("Local", "").startswith("127.0.0.1:"), (info, p.poll())
         with urllib.request.urlopen(info["Url"] + "api/v1/query?query=up", timeout=60) as r:
             data = json.load(r)
