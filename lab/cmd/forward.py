@@ -37,9 +37,11 @@ def forward(
                        "create the cluster with the default (real VM) provider")
     if not match.address:
         raise LabError(f"{match.name} has no address yet ({match.phase})", f"wait for it: slurmlab list-cluster-nodes {name}")
+    dial = fwd.dialer_for(placement.host_of(name))
     try:
-        f = fwd.Forward(fwd.dialer_for(placement.host_of(name)), match.address, port, local_port)
+        f = fwd.Forward(dial, match.address, port, local_port)
     except OSError as e:
+        dial.close()
         raise LabError(f"cannot listen on 127.0.0.1:{local_port}: {e.strerror}",
                        "choose another --local-port, or 0 for a free one") from None
     local = f"127.0.0.1:{f.port}"
@@ -56,3 +58,4 @@ def forward(
         pass
     finally:
         f.close()
+        dial.close()

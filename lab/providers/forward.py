@@ -18,6 +18,7 @@ import logging
 import os
 import socket
 import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -34,7 +35,7 @@ def enter_netns(name: str) -> None:
     """Move the calling thread into network namespace `name` (/run/netns/NAME); needs CAP_SYS_ADMIN."""
     fd = os.open(f"/run/netns/{name}", os.O_RDONLY)
     try:
-        if hasattr(os, "setns"):  # Python >= 3.12
+        if sys.version_info >= (3, 12):
             os.setns(fd, CLONE_NEWNET)
             return
         libc = ctypes.CDLL(None, use_errno=True)
@@ -123,7 +124,8 @@ def relay(a: socket.socket, b: socket.socket) -> None:
 
 
 class Forward:
-    """127.0.0.1:`port` (0: a free one) of this machine to `address`:`target_port`, made by `dial`."""
+    """127.0.0.1:`port` (0: a free one) of this machine to `address`:`target_port`, made by `dial` (its
+    owner closes it)."""
 
     def __init__(self, dial: Dial, address: str, target_port: int, port: int = 0, bind: str = "127.0.0.1"):
         self.dial, self.address, self.target_port = dial, address, target_port
@@ -165,6 +167,3 @@ class Forward:
         except OSError:
             pass
         self.listener.close()
-        close = getattr(self.dial, "close", None)
-        if close:
-            close()

@@ -60,7 +60,8 @@ def _ask(port: int, payload: bytes) -> bytes:
 
 def test_bytes_go_both_ways_and_a_half_close_passes():
     server, port = _echo_server()
-    f = fwd.Forward(fwd.NetnsDialer(None), "127.0.0.1", port)
+    dial = fwd.NetnsDialer(None)
+    f = fwd.Forward(dial, "127.0.0.1", port)
     f.start()
     try:
         assert f.listener.getsockname()[0] == "127.0.0.1"
@@ -70,6 +71,7 @@ def test_bytes_go_both_ways_and_a_half_close_passes():
         assert f.connections == 2
     finally:
         f.close()
+        dial.close()
         server.close()
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", f.port), timeout=2)  # closed: nothing listens any more
@@ -109,12 +111,14 @@ def test_the_dial_is_made_inside_the_namespace():
         # is reached only from inside it
         with pytest.raises(OSError):
             socket.create_connection(("127.0.0.1", port), timeout=2).close()
-        f = fwd.Forward(fwd.NetnsDialer(ns), "127.0.0.1", port)
+        dial = fwd.NetnsDialer(ns)
+        f = fwd.Forward(dial, "127.0.0.1", port)
         f.start()
         try:
             assert _ask(f.port, b"inside") == b"got 6 inside"
         finally:
             f.close()
+            dial.close()
     finally:
         if server is not None:
             server.kill()
