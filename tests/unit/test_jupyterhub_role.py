@@ -28,14 +28,16 @@ def _render(tmp: Path, extravars: dict | None = None) -> str:
              "connection": "local", "vars": defaults,
              "tasks": [{"name": "Render", "ansible.builtin.template": {
                  "src": f"{ROLE}/templates/{{{{ item }}}}.j2", "dest": f"{out}/{{{{ item }}}}", "mode": "0644"},
-                 "loop": ["jupyterhub_config.py", "dropin.conf"]}]}]
+                 "loop": ["jupyterhub_config.py", "dropin.conf", "pam.jupyterhub"]}]}]
     (tmp / "render.yml").write_text(yaml.safe_dump(play))
     (tmp / "vars.json").write_text(json.dumps(extravars or {}))
     cmd = [_ansible_tool("ansible-playbook"), "-i", str(INVENTORY), str(tmp / "render.yml"), "-e", f"@{tmp / 'vars.json'}",
            "-e", f"ansible_python_interpreter={sys.executable}"]
     proc = subprocess.run(cmd, cwd=tmp, env=_env(tmp), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "dropin.conf" in [p.name for p in out.iterdir()]
+    pam = (out / "pam.jupyterhub").read_text()  # a real VM's PAM refused a literal "\\n" after the last line
+    assert pam.endswith("@include common-account\n") and "\\n" not in pam, repr(pam[-60:])
+    assert "ExecStart=/usr/bin/python3 -m jupyterhub.app -f /etc/jupyterhub/slurmlab_config.py" in (out / "dropin.conf").read_text()
     return (out / "jupyterhub_config.py").read_text()
 
 
