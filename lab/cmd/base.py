@@ -58,6 +58,21 @@ def node_named(st, name: str, node: str):
     return match
 
 
+def vm_node(st, name: str, node: str, lacks: str):
+    """node_named's node, which must be a VM with an address (not of a simulated cluster, where its
+    nodes `lacks`: e.g. "keep no logs")."""
+    from lab.errors import LabError
+    from lab.providers import registry
+
+    match = node_named(st, name, node)
+    if registry.info(st.cluster(name).provider).simulated:
+        raise LabError(f"{name} is a simulated cluster: its nodes are not VMs and {lacks}",
+                       "create the cluster with the default (real VM) provider")
+    if not match.address:
+        raise LabError(f"{match.name} has no address yet ({match.phase})", f"wait for it: slurmlab list-cluster-nodes {name}")
+    return match
+
+
 def box_progress(line: str) -> None:
     """The box builder's lines carry their own elapsed time."""
     err.print(line, markup=False, highlight=False)

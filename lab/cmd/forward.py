@@ -13,7 +13,7 @@ import sys
 
 import typer
 
-from lab.cmd.base import OutputOpt, app, node_named, store
+from lab.cmd.base import OutputOpt, app, store, vm_node
 from lab.errors import LabError
 from lab.output import Output, out, print_json
 
@@ -28,15 +28,9 @@ def forward(
 ) -> None:
     """Forward 127.0.0.1:LOCAL of this machine to PORT of a node, until Ctrl-C (nothing binds beyond loopback)."""
     from lab.providers import forward as fwd
-    from lab.providers import placement, registry
+    from lab.providers import placement
 
-    st = store()
-    match = node_named(st, name, node)
-    if registry.info(st.cluster(name).provider).simulated:
-        raise LabError(f"{name} is a simulated cluster: its nodes are not VMs and have no ports",
-                       "create the cluster with the default (real VM) provider")
-    if not match.address:
-        raise LabError(f"{match.name} has no address yet ({match.phase})", f"wait for it: slurmlab list-cluster-nodes {name}")
+    match = vm_node(store(), name, node, "have no ports")
     dial = fwd.dialer_for(placement.host_of(name))
     try:
         f = fwd.Forward(dial, match.address, port, local_port)

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from lab.cmd.base import OutputOpt, app, node_named, store
+from lab.cmd.base import OutputOpt, app, store, vm_node
 from lab.errors import LabError
 from lab.output import Output, out, print_json
 
@@ -36,19 +36,10 @@ def logs(
 ) -> None:
     """A node's lifecycle-script output (HyperPod's /var/log/provision/provisioning.log) or a unit's journal."""
     from lab.configure.remote import run_on_node
-    from lab.control import clusters
-    from lab.providers import registry
 
     if lifecycle and unit:
         raise LabError("--lifecycle and --unit name two different logs", "give one of them")
-    st = store()
-    c = clusters.get(st, name)
-    match = node_named(st, name, node)
-    if registry.info(c.provider).simulated:
-        raise LabError(f"{name} is a simulated cluster: its nodes are not VMs and keep no logs",
-                       "create the cluster with the default (real VM) provider")
-    if not match.address:
-        raise LabError(f"{match.name} has no address yet ({match.phase})", f"wait for it: slurmlab list-cluster-nodes {name}")
+    match = vm_node(store(), name, node, "keep no logs")
     what = f"unit {unit}" if unit else PROVISION_LOG
     r = run_on_node(name, match.address, log_command(unit, tail))
     if r.returncode != 0:
