@@ -80,6 +80,13 @@ def proxy_command(host) -> str:
     return f"{to_host(host)} -W %h:%p {target}"
 
 
+def stdio_to(host, address: str, port: int) -> list[str]:
+    """ssh through the host to ADDRESS:PORT as seen from the host, its stdin and stdout the connection
+    (`-W`: how the host's VMs are reached)."""
+    target, _ = _target(host)
+    return [to_host(host), "-W", f"{address}:{port}", target]
+
+
 def via_host(host) -> str:
     """The `ssh-via-NAME` script: ssh to a VM of `host`, through the host."""
     body = f'#!/bin/sh\nexec {SSH} -o {shlex.quote("ProxyCommand=" + proxy_command(host))} "$@"\n'
@@ -109,8 +116,7 @@ def forwards(host, timeout: float = 15) -> str:
     what ssh said."""
     target, _ = _target(host)
     try:
-        p = subprocess.run([to_host(host), "-W", f"{host.ssh[1]}:22", target], capture_output=True, timeout=timeout,
-                           stdin=subprocess.DEVNULL)
+        p = subprocess.run(stdio_to(host, host.ssh[1], 22), capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         return f"no answer through {target} in {timeout:g} s"
     if p.stdout.startswith(b"SSH-"):

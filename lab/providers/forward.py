@@ -69,19 +69,18 @@ class NetnsDialer:
 
 
 class SshDialer:
-    """Connections through a remote host: `ssh-to-NAME -W ADDRESS:PORT user@host` per connection, its
-    stdin and stdout one end of a socket pair."""
+    """Connections through a remote host: lab.host.sshhost.stdio_to per connection (`ssh-to-NAME -W
+    ADDRESS:PORT`), its stdin and stdout one end of a socket pair."""
 
     def __init__(self, host):
-        from lab.host import sshhost
-
-        user, address, _ = host.ssh
-        self.to_host, self.target = sshhost.to_host(host), f"{user}@{address}"
+        self.host = host
         self.procs: list[subprocess.Popen] = []
 
     def __call__(self, address: str, port: int) -> socket.socket:
+        from lab.host import sshhost
+
         ours, theirs = socket.socketpair()
-        proc = subprocess.Popen([self.to_host, "-W", f"{address}:{port}", self.target], stdin=theirs, stdout=theirs,
+        proc = subprocess.Popen(sshhost.stdio_to(self.host, address, port), stdin=theirs, stdout=theirs,
                                 stderr=subprocess.DEVNULL, start_new_session=True)
         theirs.close()
         self.procs = [p for p in self.procs if p.poll() is None] + [proc]
