@@ -421,6 +421,12 @@ def _events_since(seen: set[str]) -> list[dict]:
             if e["EventId"] not in seen]
 
 
+def _marked_and_degraded(node: str) -> bool:
+    d = describe()
+    group = next(g for g in d["InstanceGroups"] if g["InstanceGroupName"] == "compute")
+    return (nodes()[node]["InstanceStatus"].get("Message") or "").startswith("Slurm: ") and group["Status"] == "Degraded"
+
+
 def _until_idle(node: str, timeout: float = 900) -> None:
     _wait(lambda: on("login", f"sinfo -h -N -n {node} -o %T").strip() == "idle", timeout, f"{node} idle in Slurm")
 
@@ -433,16 +439,19 @@ def test_a_stopped_slurmd_is_seen_and_repaired():
     _until_idle(node)
     mark = _event_ids()
     on(node, "sudo systemctl stop slurmd")
-    # NOT_RESPONDING (idle*) first, DOWN after SlurmdTimeout: the lab acts on either
-    _wait(lambda: any(x in on("login", f"sinfo -h -N -n {node} -o %T") for x in ("*", "down")), 300,
-          "Slurm to call the node not responding")
-    seen = time.monotonic()
-    _wait(lambda: (nodes()[node]["InstanceStatus"].get("Message") or "").startswith("Slurm: "), 60,
-          "the lab to show the Slurm state")
-    shown = time.monotonic() - seen
-    d = describe()
-    assert next(g for g in d["InstanceGroups"] if g["InstanceGroupName"] == "compute")["Status"] == "Degraded", d
-    _until_idle(node, 300)
+    try:
+        # NOT_RESPONDING (idle*) first, DOWN after SlurmdTimeout: the lab acts on either
+        _wait(lambda: any(x in on("login", f"sinfo -h -N -n {node} -o %T") for x in ("*", "down")), 300,
+              "Slurm to call the node not responding")
+        seen = time.monotonic()
+        # the node's message is written when Slurm's answer arrives, its group's status on the engine's next
+        # pass (a tick later): one describe must show both, the mark lasting RECOVER_AFTER_S (30 s) at least
+        _wait(lambda: _marked_and_degraded(node), 60, "the lab to show the Slurm state and the group Degraded")
+        shown = time.monotonic() - seen
+        _until_idle(node, 300)
+    finally:  # whatever failed above, the next test gets a node with its slurmd
+        if on(node, "systemctl is-active slurmd").strip() != "active":
+            on(node, "sudo systemctl start slurmd")
     _wait(lambda: not nodes()[node]["InstanceStatus"].get("Message"), 120, "the mark to go")
     events = [e["Description"] for e in _events_since(mark)]
     _keep("slurmd-stopped-events.txt", subprocess.CompletedProcess([], 0, "\n".join(events), ""))
@@ -463,17 +472,19 @@ def test_action_reboot_reboots_the_same_vm_and_another_drain_is_left_alone():
     before = nodes()
     mark = _event_ids()
     on("controller", f"sudo scontrol update nodename={drained} state=drain reason='disk check by hand'")
-    on("controller", f"sudo scontrol update nodename={node} state=fail reason='Action:Reboot'")
-    _wait(lambda: any(e["Description"] == f"{node}: rebooted" for e in _events_since(mark)), 900, "the reboot")
-    _until_idle(node)
-    after = nodes()
-    assert after[node]["InstanceId"] == before[node]["InstanceId"]
-    assert after[drained]["InstanceId"] == before[drained]["InstanceId"]
-    assert on("login", f"sinfo -h -N -n {drained} -o '%T|%E'").strip() == "drained|disk check by hand"
-    events = [e["Description"] for e in _events_since(mark)]
-    assert not [e for e in events if e.startswith(drained)], events  # no mark, no recovery of the drained node
-    assert any(e.startswith(f"{node}: Slurm reason 'Action:Reboot'") for e in events), events
-    on("controller", f"sudo scontrol update nodename={drained} state=resume")
+    try:
+        on("controller", f"sudo scontrol update nodename={node} state=fail reason='Action:Reboot'")
+        _wait(lambda: any(e["Description"] == f"{node}: rebooted" for e in _events_since(mark)), 900, "the reboot")
+        _until_idle(node)
+        after = nodes()
+        assert after[node]["InstanceId"] == before[node]["InstanceId"]
+        assert after[drained]["InstanceId"] == before[drained]["InstanceId"]
+        assert on("login", f"sinfo -h -N -n {drained} -o '%T|%E'").strip() == "drained|disk check by hand"
+        events = [e["Description"] for e in _events_since(mark)]
+        assert not [e for e in events if e.startswith(drained)], events  # no mark, no recovery of the drained node
+        assert any(e.startswith(f"{node}: Slurm reason 'Action:Reboot'") for e in events), events
+    finally:  # the user's drain is the test's own: the next test gets the node back whatever failed above
+        on("controller", f"sudo scontrol update nodename={drained} state=resume")
     _until_idle(drained, 120)
 
 
