@@ -9,6 +9,7 @@
 set -eu
 
 R="$1"
+WHEELS="${2:-}"  # a directory of the recipe's wheels (lab/box/image.py downloads them); empty: none
 [ -d "$R/etc" ] || { echo "customize.sh: $R is not a root filesystem" >&2; exit 2; }
 in_root() { chroot "$R" "$@"; }
 say() { echo "I: slurmlab customize: $*"; }
@@ -456,6 +457,16 @@ for u in prometheus.service prometheus-node-exporter.service; do
 done
 # no metrics from the build itself
 rm -rf "$R/var/lib/prometheus/metrics2"
+
+say "jupyterhub: installed, disabled (roles/jupyterhub starts it on login nodes); the recipe's wheels"
+in_root systemctl disable jupyterhub.service >/dev/null 2>&1
+if [ -n "$WHEELS" ]; then
+  # the builder downloaded them on the host (recipe.WHEELS); their dependencies are Debian's packages
+  mkdir -p "$R/tmp/wheels"
+  cp "$WHEELS"/*.whl "$R/tmp/wheels/"
+  in_root sh -c 'pip install -q --no-deps --no-index --break-system-packages --root-user-action=ignore /tmp/wheels/*.whl'
+  rm -rf "$R/tmp/wheels"
+fi
 
 say "initramfs: the disk drivers a VM needs, no hardware database (17.8 MB -> ~8 MB)"
 cat > "$R/etc/initramfs-tools/conf.d/slurmlab" <<'EOF'

@@ -1,5 +1,6 @@
 """Building the .box image, stage by stage, in a work directory `cache()/boxes/.work-*`:
 
+    wheels       the recipe's pinned wheels from PyPI, with this Python's pip (for customize.sh)
     bootstrap    mmdebstrap the root tree (customize.sh runs in its hook)
     configure    check Slurm's version, pick the kernel, write fstab and extlinux.conf
     disk         a sparse raw disk: MBR partition table, ext4 filled from the tree (mke2fs -d)
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 import time
 import uuid
@@ -71,7 +73,19 @@ class _Build:
         return self.recipe.partition_offset
 
 
-def _bootstrap(b: _Build, script: Path) -> None:
+def _wheels(b: _Build) -> Path:
+    """The recipe's pinned wheels, downloaded on the host with this Python's pip (the nodes have no
+    route out): customize.sh installs them in the image."""
+    d = b.work / "wheels"
+    d.mkdir()
+    if b.recipe.wheels:
+        b.say("wheels", ", ".join(b.recipe.wheels))
+        run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "-d", str(d),
+             *b.recipe.wheels], log=b.log)
+    return d
+
+
+def _bootstrap(b: _Build, script: Path, wheels: Path) -> None:
     recipe, say = b.recipe, b.say
     say("mmdebstrap", f"Debian {recipe.suite} {recipe.variant} from {recipe.mirror}")
     state = {"step": "mmdebstrap"}
@@ -91,7 +105,7 @@ def _bootstrap(b: _Build, script: Path) -> None:
             f"--architectures={recipe.arch}",
             f"--include={','.join(recipe.packages)}",
             *(f"--dpkgopt={o}" for o in recipe.dpkg_options),
-            f'--customize-hook=sh {script} "$1"',
+            f'--customize-hook=sh {script} "$1" {wheels}',
             recipe.suite,
             str(b.rootfs),
             recipe.mirror,
@@ -239,7 +253,7 @@ def build_image(name: str, h: str, recipe: rc.Recipe, script_text: str, say: Clo
         mnt = work / "mnt"
         b.rootfs.mkdir()
         mnt.mkdir()
-        _bootstrap(b, script)
+        _bootstrap(b, script, _wheels(b))
         root_uuid = str(uuid.uuid4())
         slurm, kernel = _configure(b, root_uuid)
         _disk(b, root_uuid)

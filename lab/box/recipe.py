@@ -65,7 +65,22 @@ PACKAGES: tuple[str, ...] = (
     # roles/observability writes their config and starts them. Recommends (the textfile collectors) not.
     "prometheus",
     "prometheus-node-exporter",
+    # JupyterHub (issue 31): the hub and its proxy, Lab's Python side; the wheels in customize.sh
+    "jupyterhub",
+    "python3-jupyter-server",
+    "python3-jupyterlab-server",
+    "python3-notebook-shim",
+    "python3-async-lru",
+    "python3-httpx",
+    "python3-pip",
 )
+
+# Wheels from PyPI, pinned, for what Debian's trixie lacks (issue 31, docs/research/jupyterhub.md):
+# JupyterLab 4.1+ does not start with trixie's jupyterlab-server 2.25.2, and Debian's jupyterlab
+# package pulls ~880 MiB of JS toolchain; batchspawner (the Slurm spawner) is not in Debian at all.
+# The builder downloads them on the host (sys.executable -m pip); customize.sh installs them
+# with the image's own pip, --no-deps --no-index (their dependencies are PACKAGES above).
+WHEELS: tuple[str, ...] = ("jupyterlab==4.0.13", "jupyter-lsp==2.2.5", "batchspawner==1.3.0")
 
 # Not installed in the image (they have no use in a lab node and cost ~70 MB). The copyright
 # files stay. These options also stay in the image's /etc/dpkg/dpkg.cfg.d/.
@@ -88,6 +103,7 @@ class Recipe:
     variant: str = "minbase"
     mirror: str = DEFAULT_MIRROR
     packages: tuple[str, ...] = PACKAGES
+    wheels: tuple[str, ...] = WHEELS
     dpkg_options: tuple[str, ...] = DPKG_OPTIONS
     disk_gib: int = 8
     partition_offset: int = 1024 * 1024

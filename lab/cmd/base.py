@@ -22,6 +22,8 @@ app.add_typer(host_app, name="host")
 app.add_typer(box_app, name="box")
 
 OutputOpt = typer.Option(Output.text, "--output", "-o", help="text for people, json for programs")
+JupyterOpt = typer.Option(None, "--jupyter/--no-jupyter",
+                          help="JupyterHub on the login node, notebooks as Slurm jobs (sets Lab.Jupyter)")
 
 
 @app.callback()

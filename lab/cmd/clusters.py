@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from lab import exitcodes
-from lab.cmd.base import OutputOpt, Watcher, app, box_progress, node_named, print_accounts, print_cluster, store, with_accounts
+from lab.cmd.base import JupyterOpt, OutputOpt, Watcher, app, box_progress, node_named, print_accounts, print_cluster, store, with_accounts
 from lab.errors import LabError
 from lab.output import Output, Progress, err, out, print_json
 
@@ -24,13 +24,14 @@ def create_cluster(
     provider: str = typer.Option("vagrant", "--provider",
                                  help="vagrant (real VMs) or sim (simulated VMs, no Slurm inside: API practice)"),
     users: Optional[int] = typer.Option(None, "--users", help="student accounts user01..userNN (sets Lab.Users.Count)"),
+    jupyter: Optional[bool] = JupyterOpt,
     output: Output = OutputOpt,
 ) -> None:
     """Create a cluster from a spec: controller first, then login and compute nodes in parallel."""
     from lab.control import clusters
     from lab.workflows import create
 
-    sp = create.load(spec, users)
+    sp = create.load(spec, users, jupyter)
     st, row = create.create(sp, provider=provider, capacity_file=capacity_file)
     d = clusters.describe(st, row.name)
     if wait:
@@ -368,6 +369,7 @@ def up(
     spec: str = typer.Argument("examples/cluster.yaml", help="cluster spec"),
     timeout: float = typer.Option(3600, help="seconds to wait at most"),
     users: Optional[int] = typer.Option(None, "--users", help="student accounts user01..userNN (sets Lab.Users.Count)"),
+    jupyter: Optional[bool] = JupyterOpt,
     output: Output = OutputOpt,
 ) -> None:
     """The whole path: host set-up, the box if missing, the cluster, a job on it, how to get in."""
@@ -376,7 +378,7 @@ def up(
     from lab.workflows.up import up as bring_up
 
     progress = Progress(output == Output.json)
-    sp = create.load(spec, users)
+    sp = create.load(spec, users, jupyter)
     r = bring_up(sp, users_given=users is not None, timeout=timeout, progress=progress, box_progress=box_progress,
                  watcher=lambda: Watcher(output == Output.json))
     st, name, entry, result = r.store, r.name, r.entry, r.first_job

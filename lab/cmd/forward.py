@@ -1,4 +1,5 @@
-"""`slurmlab forward NAME NODE PORT`: a loopback port of this machine to a port of a node, until Ctrl-C.
+"""`slurmlab forward NAME NODE PORT`: a loopback port of this machine to a port of a node, until Ctrl-C;
+`slurmlab open NAME`: the same to the cluster's JupyterHub (Lab.Jupyter).
 
 As `kubectl port-forward` does: the cluster's network stays where it is (the lab's namespace, or a
 remote host); this machine gets 127.0.0.1:LOCAL, and every connection to it is made to the node from
@@ -27,23 +28,64 @@ def forward(
     output: Output = OutputOpt,
 ) -> None:
     """Forward 127.0.0.1:LOCAL of this machine to PORT of a node, until Ctrl-C (nothing binds beyond loopback)."""
-    from lab.providers import forward as fwd
-    from lab.providers import placement
-
     match = vm_node(store(), name, node, "have no ports")
-    dial = fwd.dialer_for(placement.host_of(name))
-    try:
-        f = fwd.Forward(dial, match.address, port, local_port)
-    except OSError as e:
-        dial.close()
-        raise LabError(f"cannot listen on 127.0.0.1:{local_port}: {e.strerror}",
-                       "choose another --local-port, or 0 for a free one") from None
+    f, dial = _listen(name, match.address, port, local_port)
     local = f"127.0.0.1:{f.port}"
     if output == Output.json:
         print_json({"ClusterName": name, "Node": match.name, "Port": port, "Local": local, "Url": f"http://{local}/"})
     else:
         out.print(f"forwarding {local} -> {match.name}:{port} (Ctrl-C stops)\n  http://{local}/",
                   markup=False, highlight=False)
+    _serve(f, dial)
+
+
+@app.command("open")
+def open_hub(
+    name: str = typer.Argument(..., help="cluster name"),
+    local_port: int = typer.Option(0, "--local-port", min=0, max=65535, help="port on 127.0.0.1 (0: a free one)"),
+    browser: bool = typer.Option(True, "--browser/--no-browser", help="open the page in this machine's browser"),
+    output: Output = OutputOpt,
+) -> None:
+    """The cluster's JupyterHub (Lab.Jupyter) on this machine's loopback until Ctrl-C: prints its URL and
+    opens it in a browser where there is one."""
+    import webbrowser
+
+    from lab.control import jupyter
+
+    st = store()
+    login = jupyter.hub_node(st, name)
+    f, dial = _listen(name, login.address, jupyter.PORT, local_port)
+    url = f"http://127.0.0.1:{f.port}{jupyter.path(name)}"
+    if output == Output.json:
+        print_json({"ClusterName": name, "Node": login.name, "Url": url})
+    else:
+        out.print(f"JupyterHub of {name} on {login.name} (Ctrl-C stops)\n  {url}\n"
+                  f"  log in as a student of `slurmlab users show {name}` with the shared password",
+                  markup=False, highlight=False)
+    if browser and output != Output.json:
+        try:
+            webbrowser.open(url)
+        except webbrowser.Error:
+            pass  # no browser here: the URL is printed
+    _serve(f, dial)
+
+
+def _listen(name: str, address: str, port: int, local_port: int):
+    """A Forward on 127.0.0.1:local_port to address:port, and its dialer (lab/providers/forward.py)."""
+    from lab.providers import forward as fwd
+    from lab.providers import placement
+
+    dial = fwd.dialer_for(placement.host_of(name))
+    try:
+        return fwd.Forward(dial, address, port, local_port), dial
+    except OSError as e:
+        dial.close()
+        raise LabError(f"cannot listen on 127.0.0.1:{local_port}: {e.strerror}",
+                       "choose another --local-port, or 0 for a free one") from None
+
+
+def _serve(f, dial) -> None:
+    """Until Ctrl-C or SIGTERM; then nothing of it is left."""
     sys.stdout.flush()
     signal.signal(signal.SIGTERM, lambda *_: f.close())
     try:

@@ -39,7 +39,8 @@ class AnsibleConfigurer(Configurer):
                               munge_key=cd.munge_key, ssh_executable=self._ssh(cluster.name), lifecycle=lifecycle,
                               users=users.inventory_vars(users.load(cluster.name)),
                               gpus=group_gpus(cluster.spec, [(g.name, g.node_type, g.instance_type) for g in groups]),
-                              node_environment=spec.get("NodeEnvironment") or "Lab", arn=cluster.arn)
+                              node_environment=spec.get("NodeEnvironment") or "Lab", arn=cluster.arn,
+                              jupyter=bool(spec.get("Jupyter")))
 
     def _ssh(self, cluster: str) -> str:
         return self.ssh_executable if isinstance(self.ssh_executable, str) else self.ssh_executable(cluster)

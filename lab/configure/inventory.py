@@ -24,6 +24,7 @@ class ClusterContext:
     gpus: dict[str, int] = field(default_factory=dict)  # group -> emulated GPUs per node (absent: 0)
     node_environment: str = "Lab"  # Lab.NodeEnvironment: Lab | HyperPod (role hyperpod_env)
     arn: str = ""  # the cluster's ARN (HyperPod's resource_config.json carries it)
+    jupyter: bool = False  # Lab.Jupyter: JupyterHub on the login nodes (role jupyterhub)
 
 
 def resource_config(ctx: ClusterContext) -> dict:
@@ -117,6 +118,7 @@ def build(ctx: ClusterContext, joining: list[str] = ()) -> dict:
         "slurmlab_etc_hosts": [{"name": n.name, "address": n.address} for n in sorted(ctx.nodes, key=lambda n: n.name)],
         "slurmlab_slurm_nodes": slurm_nodes(ctx, joining),
         "slurmlab_partitions_default": default_partition(ctx),
+        "slurmlab_jupyter": ctx.jupyter,
         "slurmlab_node_environment": "hyperpod" if ctx.node_environment == "HyperPod" else "lab",
         **(ctx.users if ctx.users is not None else users_mod.inventory_vars(None)),
     }

@@ -27,6 +27,7 @@ from .load import (
     loads_spec,
     spec_from_request,
     with_instance_count,
+    with_lab,
     with_users,
 )
 from .models import (
@@ -94,5 +95,6 @@ __all__ = [
     "rule_size",
     "spec_from_request",
     "with_instance_count",
+    "with_lab",
     "with_users",
 ]

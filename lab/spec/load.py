@@ -145,10 +145,15 @@ def with_instance_count(spec: ClusterSpec, group: str, count: int, **kwargs: Any
 def with_users(spec: ClusterSpec, count: int, **kwargs: Any) -> ClusterSpec:
     """The spec with Lab.Users.Count set to `count` (a Prefix and Password given stay), checked like
     a new spec (lifecycle folders are not looked at again: `spec` has been checked)."""
+    users = {**((spec.to_dict().get("Lab") or {}).get("Users") or {}), "Count": count}
+    return with_lab(spec, {"Users": users}, **kwargs)
+
+
+def with_lab(spec: ClusterSpec, fields: dict[str, Any], **kwargs: Any) -> ClusterSpec:
+    """The spec with the Lab keys `fields` set (a command line's --users, --jupyter), checked like a new
+    spec (lifecycle folders are not looked at again: `spec` has been checked)."""
     data = spec.to_dict()
-    lab = dict(data.get("Lab") or {})
-    lab["Users"] = {**(lab.get("Users") or {}), "Count": count}
-    data["Lab"] = lab
+    data["Lab"] = {**(data.get("Lab") or {}), **fields}
     kwargs.setdefault("check_files", False)
     return spec_from_request(data, **kwargs)
 

@@ -154,6 +154,7 @@ class LabConfig(_Shape):
     # HyperPod: nodes look like HyperPod's (resource_config.json, /opt/slurm, the lifecycle scripts start
     # Slurm: docs/hyperpod-nodes.md); Lab (default unless a lifecycle folder holds provisioning_parameters.json)
     NodeEnvironment: Literal["Lab", "HyperPod"] | None = None
+    Jupyter: bool | None = None  # JupyterHub on the login nodes, notebooks as Slurm jobs (issue 31)
 
     @field_validator("Users", mode="before")
     @classmethod

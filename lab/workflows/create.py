@@ -8,18 +8,21 @@ from lab.providers import registry
 from lab.store.db import ClusterRow, Store
 
 
-def load(spec_path: str, users: int | None = None):
-    """The spec of `spec_path` with --users applied (Lab.Users.Count), checked like the spec's own Lab.Users."""
-    from lab.spec import load_spec, with_users
+def load(spec_path: str, users: int | None = None, jupyter: bool | None = None):
+    """The spec of `spec_path` with --users applied (Lab.Users.Count), checked like the spec's own Lab.Users,
+    and --jupyter/--no-jupyter (Lab.Jupyter)."""
+    from lab.spec import load_spec, with_lab, with_users
     from lab.spec.rules import user_count_problem
 
     sp = load_spec(spec_path)
-    if users is None:
-        return sp
-    bad = user_count_problem(users)
-    if bad:
-        raise UsageError(f"--users (Lab.Users.Count): {bad[0]}", bad[1])
-    return with_users(sp, users)
+    if users is not None:
+        bad = user_count_problem(users)
+        if bad:
+            raise UsageError(f"--users (Lab.Users.Count): {bad[0]}", bad[1])
+        sp = with_users(sp, users)
+    if jupyter is not None:
+        sp = with_lab(sp, {"Jupyter": jupyter})
+    return sp
 
 
 def create(sp, provider: str = registry.DEFAULT, capacity_file: str | None = None) -> tuple[Store, ClusterRow]:

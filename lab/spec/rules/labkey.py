@@ -11,7 +11,7 @@ from ..problems import Loc, Problem
 
 _BOX = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
 
-LAB_KEYS = ("Box", "Users", "Gpus", "Start", "NodeEnvironment")
+LAB_KEYS = ("Box", "Users", "Gpus", "Start", "NodeEnvironment", "Jupyter")
 USERS_KEYS = ("Count", "Prefix", "Password")
 USERS_MAX = 200
 USER_PREFIX = "user"
@@ -153,6 +153,12 @@ def check_gpus(gpus: Any, groups: Any) -> list[Problem]:
     return problems
 
 
+def _is_login(group: Any) -> bool:
+    from .names import node_type_of
+
+    return node_type_of(group) == "Login"
+
+
 def check_lab(lab: Any, groups: Any = None) -> list[Problem]:
     """The lab-only key `Lab`; `groups` is the request's InstanceGroups (Lab.Gpus names them)."""
     if not isinstance(lab, dict):
@@ -175,6 +181,13 @@ def check_lab(lab: Any, groups: Any = None) -> list[Problem]:
                 problems.append(Problem(("Lab", "NodeEnvironment"), f"{value!r} is not a node environment",
                                         "use Lab (the default) or HyperPod (nodes shaped like HyperPod's for its "
                                         "lifecycle scripts: docs/hyperpod-nodes.md)"))
+        elif key == "Jupyter":
+            if not isinstance(value, bool):
+                problems.append(Problem(("Lab", "Jupyter"), f"{value!r} is not true or false",
+                                        "use true (JupyterHub on the login nodes) or leave it out"))
+            elif value and isinstance(groups, list) and not any(_is_login(g) for g in groups):
+                problems.append(Problem(("Lab", "Jupyter"), "JupyterHub runs on a login node and the cluster has none",
+                                        "add an instance group with SlurmConfig: {NodeType: Login}, or leave Jupyter out"))
         else:
             problems.append(Problem(("Lab", str(key)), f"unknown field: the lab's own settings are: {', '.join(LAB_KEYS)}", "remove it"))
     return problems
