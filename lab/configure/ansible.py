@@ -86,6 +86,12 @@ class AnsibleConfigurer(Configurer):
 
         return slurmstate.take_down(ctx, node, why)
 
+    def hub_state(self, ctx: ClusterContext, logins: list[str]) -> dict[str, str]:
+        """Each login node's hub asked from the controller over the Slurm poll's kept connection."""
+        from lab.configure import hubstate
+
+        return hubstate.read(ctx, logins)
+
     # ------------------------------------------------------------------ cluster extensions (docs/adr/0017)
     def extension_apply(self, ctx: ClusterContext, ext: Extension, targets: list[str]) -> dict[str, str]:
         """extension.yml on the targets and the controller (its Prometheus collects from every member)."""

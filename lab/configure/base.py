@@ -117,6 +117,14 @@ class Configurer(ABC):
         sample (lab/configure/metrics.py shape); None: nothing to look at."""
         return None
 
+    def hub_state(self, ctx: ClusterContext | None, logins: list[str]) -> dict[str, str]:
+        """Lab.Jupyter: login node -> "" when its JupyterHub answers, else why not; a node left out: not
+        known this time (nothing changes). Not abstract: a configurer without real nodes knows nothing."""
+        return {}
+
+    async def hub_state_async(self, ctx: ClusterContext | None, logins: list[str]) -> dict[str, str]:
+        return await in_thread(_cluster(ctx), self.hub_state, ctx, logins)
+
     async def extension_apply_async(self, ctx: ClusterContext | None, ext: Extension, targets: list[str]) -> dict[str, str]:
         return await in_thread(_cluster(ctx), self.extension_apply, ctx, ext, targets)
 

@@ -82,7 +82,7 @@ def probe(ctx: ClusterContext, ext: Extension) -> Probe:
     if ctl is None or not ctl.address:
         return Probe(unhealthy={ext.controller: "the controller has no address"})
     try:
-        p = slurmstate._run(ctx, ctl.address, "python3 -c " + shlex.quote(remote(ext)), PROBE_TIMEOUT_S, shared=True)
+        p = slurmstate.run_on(ctx, ctl.address, "python3 -c " + shlex.quote(remote(ext)), PROBE_TIMEOUT_S, shared=True)
     except subprocess.TimeoutExpired:
         slurmstate._drop_master(ctx, ctl.address)
         return Probe(unhealthy={ext.controller: f"Prometheus did not answer within {PROBE_TIMEOUT_S} s"})

@@ -30,7 +30,7 @@ class SlurmUnreachable(Exception):
     """slurmctld did not answer (or the controller could not be reached): the message says which."""
 
 
-def _controller(ctx: ClusterContext):
+def controller(ctx: ClusterContext):
     types = {g.name: g.node_type for g in ctx.groups}
     return next((n for n in ctx.nodes if types.get(n.grp) == "Controller"), None)
 
@@ -69,7 +69,7 @@ def _drop_master(ctx: ClusterContext, address: str) -> None:
         pass
 
 
-def _run(ctx: ClusterContext, address: str, command: str, timeout: float, shared: bool = False):
+def run_on(ctx: ClusterContext, address: str, command: str, timeout: float, shared: bool = False):
     opts = _shared_connection(ctx.name) if shared else []
     return subprocess.run([*ssh_command(ctx.name, address, *opts), command], stdin=subprocess.DEVNULL,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
@@ -77,12 +77,12 @@ def _run(ctx: ClusterContext, address: str, command: str, timeout: float, shared
 
 def read(ctx: ClusterContext) -> tuple[dict[str, SlurmNode], float]:
     """(Slurm's compute nodes, the time the question was asked). Raises SlurmUnreachable."""
-    ctl = _controller(ctx)
+    ctl = controller(ctx)
     if ctl is None:
         raise SlurmUnreachable("the cluster has no controller node")
     asked = time.time()
     try:
-        p = _run(ctx, ctl.address, SINFO, READ_TIMEOUT_S, shared=True)
+        p = run_on(ctx, ctl.address, SINFO, READ_TIMEOUT_S, shared=True)
     except subprocess.TimeoutExpired:
         _drop_master(ctx, ctl.address)
         raise SlurmUnreachable(f"sinfo on {ctl.name} did not return within {READ_TIMEOUT_S} s") from None
@@ -101,7 +101,7 @@ def restart_slurmd(ctx: ClusterContext, node: str) -> str:
     if n is None:
         return f"no node {node}"
     try:
-        p = _run(ctx, n.address, "sudo systemctl restart slurmd && systemctl is-active slurmd", 120)
+        p = run_on(ctx, n.address, "sudo systemctl restart slurmd && systemctl is-active slurmd", 120)
     except subprocess.TimeoutExpired:
         return "systemctl restart slurmd did not return within 120 s"
     if p.returncode != 0:
@@ -117,7 +117,7 @@ SLURMS_OWN = ("Not responding", "Node unexpectedly rebooted")
 def _resume_if(ctx: ClusterContext, node: str, reasons: tuple[str, ...]) -> str:
     """Resume the node when it is DOWN and its Slurm reason starts with one of `reasons` (scontrol
     refuses to resume a node that is not down or drained); what went wrong ("": done)."""
-    ctl = _controller(ctx)
+    ctl = controller(ctx)
     if ctl is None:
         return "no controller"
     cases = "|".join(shlex.quote(r) + "*" for r in reasons)
@@ -126,7 +126,7 @@ def _resume_if(ctx: ClusterContext, node: str, reasons: tuple[str, ...]) -> str:
            f"case \"${{s%%|*}}\" in down*) case \"$r\" in {cases}) "
            f"sudo scontrol update nodename={q} state=resume;; esac;; esac")
     try:
-        p = _run(ctx, ctl.address, cmd, 60, shared=True)
+        p = run_on(ctx, ctl.address, cmd, 60, shared=True)
     except subprocess.TimeoutExpired:
         return "resuming it in Slurm did not return within 60 s"
     return "" if p.returncode == 0 else ((p.stderr or p.stdout).strip()[-300:] or f"exit {p.returncode}")
@@ -134,12 +134,12 @@ def _resume_if(ctx: ClusterContext, node: str, reasons: tuple[str, ...]) -> str:
 
 def take_down(ctx: ClusterContext, node: str, why: str) -> str:
     """`scontrol update state=down` with a slurmlab: reason; returns what went wrong ("": done)."""
-    ctl = _controller(ctx)
+    ctl = controller(ctx)
     if ctl is None:
         return "no controller"
     cmd = f"sudo scontrol update nodename={shlex.quote(node)} state=down reason={shlex.quote('slurmlab: ' + why)}"
     try:
-        p = _run(ctx, ctl.address, cmd, 60, shared=True)
+        p = run_on(ctx, ctl.address, cmd, 60, shared=True)
     except subprocess.TimeoutExpired:
         return "scontrol update did not return within 60 s"
     return "" if p.returncode == 0 else ((p.stderr or p.stdout).strip()[-300:] or f"exit {p.returncode}")

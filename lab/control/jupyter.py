@@ -8,6 +8,7 @@ and the console forward a loopback port of this machine to the first running log
 from __future__ import annotations
 
 from lab.control.views import get
+from lab.engine.hubwatch import enabled
 from lab.engine.states import Phase
 from lab.errors import LabError
 from lab.providers import registry
@@ -19,10 +20,6 @@ PORT = 8000  # roles/jupyterhub/defaults/main.yml: jupyterhub_port
 def path(name: str) -> str:
     """The hub's URL path on the proxy (roles/jupyterhub: jupyterhub_base_url)."""
     return f"/{name}/"
-
-
-def enabled(spec: dict | None) -> bool:
-    return bool(((spec or {}).get("Lab") or {}).get("Jupyter"))
 
 
 def hub_node(st: Store, name: str) -> NodeRow:

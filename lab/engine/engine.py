@@ -41,6 +41,7 @@ from lab.engine.bookkeeping import BACKOFF_BASE, BACKOFF_MAX, Records
 from lab.engine.checkpointing import CheckpointRunner
 from lab.engine.extensions import ExtensionWork
 from lab.engine.hostloss import HOST_LOST_S, HostLoss
+from lab.engine.hubwatch import HubWatch
 from lab.engine.plan import JOIN_MAX_WAIT_S, JOIN_QUIET_S, LEGACY_ATTEMPTS, Action
 from lab.engine.rolling import Rollout
 from lab.engine.sight import Sight
@@ -110,6 +111,7 @@ class Engine:
         self.watch = SlurmWatch(self.rec, self.io, self.work, self.steps, slurm_period_s=t.slurm_period_s,
                                 recover_after_s=t.recover_after_s)
         self.extensions = ExtensionWork(self.rec, self.io, self.work)
+        self.hubs = HubWatch(self.rec, self.io, self.work)
         self._unusable: set[str] = set()
         self._last_error: dict[str, str] = {}
 
@@ -190,6 +192,7 @@ class Engine:
         rec.statuses(c, groups, nodes, p)
         self.watch.watch(c, groups, nodes, busy)  # Slurm's view: marks, recovery (lab/engine/watching.py)
         self.extensions.step(c, groups, nodes)  # cluster extensions (lab/engine/extensions.py)
+        self.hubs.watch(c, groups, nodes, busy)  # Lab.Jupyter: each login node's hub (lab/engine/hubwatch.py)
         self.rollout.step(c, gmap, nodes)
         rec.disk_marks(name, nodes, seen, p)
         if p.boot_waiting:

@@ -305,9 +305,33 @@ def test_users_add_and_remove_on_the_running_cluster():
         assert on(node, "id -u guest01").strip() == on("controller", "id -u guest01").strip()
     assert "guest01" in on("login", "sacctmgr -n -P show association format=user").split()
     assert student("pwd", user="guest01").strip() == "/home/guest01"
+    hub = "sudo grep -c guest01 /etc/jupyterhub/slurmlab_config.py || true"  # JupyterHub's allowed students
+    assert on("login", hub).strip() == "1"
     sl("users", "remove", NAME, "guest01")
     assert on("login", "getent passwd guest01 || echo gone").strip() == "gone"
     assert "guest01" not in on("login", "sacctmgr -n -P show association format=user").split()
+    assert on("login", hub).strip() == "0"
+
+
+def test_a_student_in_jupyterlab_in_a_browser(tmp_path):
+    """Issue 31, in headless Chromium through `slurmlab open`: a wrong password is refused; user01 logs in
+    with the shared password, the spawn form's request is user01's job in squeue, JupyterLab opens, a
+    cell writes to user01's home and runs `srun hostname` inside the job; stopping the server ends the
+    job; logging out ends the session. The screenshot is kept (docs/img/jupyterlab.png is one)."""
+    from tests.e2e.hub import student_session
+
+    password = json.loads(sl("users", "show", NAME, "--output", "json").stdout)["Password"]
+    seen = student_session(NAME, password, on, REPO / "artifacts", tmp_path / "chromium")
+    _keep("jupyterhub-session.json", subprocess.CompletedProcess([], 0, json.dumps(seen, indent=1), ""))
+    assert "/hub/login" in seen["refused_at"]
+    assert seen["partitions"][0] == "dev" and "gpu" in seen["partitions"]
+    job, job_name, state, where = seen["job"]
+    assert job_name == "spawner-jupyterhub" and state == "RUNNING" and where.startswith(f"{NAME}-compute-"), seen
+    # the cell ran on the job's node, its srun inside the job, its file in user01's shared home
+    assert seen["output"] == f"srun: {where}" and seen["home_file"] == where, seen
+    assert job_state(job, 120)[0] in ("CANCELLED", "COMPLETED")  # stopping the server ended the job
+    assert not on("login", "squeue -h -u user01 -o %i").split()
+    assert "/hub/login" in seen["logged_out_at"]
 
 
 def test_second_ansible_run_changes_nothing():

@@ -141,11 +141,12 @@ def test_suite_collects_per_check_and_node(inventory):
         "test_cgroup_confinement[c2]",
         "test_vagrant_insecure_key_not_authorized[c2]",
         "test_clocks_within_one_second",
+        "test_jupyterhub_answers_on_login_when_enabled[login1]",
     ]:
         assert want in ids, f"{want} not collected:\n{r.stdout}"
     # every check of the suite's modules (test_cluster, test_nodes, test_workshop), per node where it is
-    # one: 52 for this inventory (a split or a move of the suite must not lose one)
-    assert len(ids) == 52, f"{len(ids)} checks collected:\n{r.stdout}"
+    # one: 53 for this inventory (a split or a move of the suite must not lose one)
+    assert len(ids) == 53, f"{len(ids)} checks collected:\n{r.stdout}"
     assert "test_slurmctld_not_on_other_nodes[ctl]" not in ids
     assert "test_slurmd_active_on_compute[ctl]" not in ids
     assert "test_shared_folders_mounted[ctl]" not in ids  # the controller is the NFS server

@@ -84,3 +84,23 @@ def test_accounting_reachable_from_login(cluster, login):
         have = set(cluster.out(login, "sacctmgr -n -P show association format=user", user).split())
         missing = sorted(set(users) - have)
         assert not missing, f"no association in Slurm accounting for {missing[:5]}"
+
+
+# ---------------------------------------------------------------- JupyterHub (Lab.Jupyter)
+def hub_health(cluster_name: str, port: int = 8000) -> str:
+    """A shell command printing the status line of the hub's /hub/health on this node's proxy (bash's
+    /dev/tcp: no curl in the box, and no Python start-up on an emulated CPU)."""
+    return ("timeout 20 bash -c 'exec 3<>/dev/tcp/127.0.0.1/" + str(port) + "; printf \"GET /" + cluster_name
+            + "/hub/health HTTP/1.0\\r\\nHost: localhost\\r\\n\\r\\n\" >&3; head -n 1 <&3' 2>&1 || true")
+
+
+def test_jupyterhub_answers_on_login_when_enabled(cluster, login):
+    """Lab.Jupyter: the hub is active and its proxy answers /NAME/hub/health; without it, no hub runs."""
+    v = cluster.vars(login)
+    if not v.get("slurmlab_jupyter"):
+        assert active(cluster, login, "jupyterhub") != "active", f"jupyterhub runs on {login} without Lab.Jupyter"
+        return
+    assert active(cluster, login, "jupyterhub") == "active", \
+        f"jupyterhub is not active on {login} (journalctl -u jupyterhub on the node says why)"
+    status = cluster.out(login, hub_health(str(v.get("slurmlab_cluster_name"))))
+    assert " 200 " in f"{status} ", f"JupyterHub on {login} does not answer /hub/health: {status or 'no answer'}"
