@@ -13,6 +13,7 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
+from lab.api.hubs import Hubs
 from lab.api.model import OPERATIONS, ApiError
 from lab.api.operations import Lab
 from lab.api.server import ApiServer, EngineWatch, ServeLock, make_server
@@ -63,7 +64,7 @@ def run(host: str = "127.0.0.1", port: int = DEFAULT_PORT, provider: str = "vagr
             apply_capacity(st, cap)
         lab = Lab(store=st, provider=provider, base_dir=Path.cwd(),
                   ensure_engine=daemon.ensure_running, region=region, account=account,
-                  students=Registry(paths.home()) if auth else None)
+                  students=Registry(paths.home()) if auth else None, hubs=Hubs(host))
         try:
             server = make_server(lab, host, port)
         except OSError as e:
@@ -90,6 +91,7 @@ def run(host: str = "127.0.0.1", port: int = DEFAULT_PORT, provider: str = "vagr
             watch.stop.set()
         if server:
             server.server_close()
+            server.lab.hubs.close()
         lock.release()
 
 

@@ -34,6 +34,7 @@ class Lab:
     tokens_lock: threading.Lock = field(default_factory=threading.Lock)
     resolve_image: Callable[[str | None], str] | None = None  # ImageId -> box (None: lab.box.images.resolve)
     students: Registry | None = None  # `serve --auth`: requests are signed by students (lab/api/tenancy.py)
+    hubs: Any = None  # `serve`: forwards to the clusters' JupyterHubs, the console's links (lab/api/hubs.py)
 
     def engine(self) -> None:
         if self.ensure_engine:

@@ -114,6 +114,7 @@ def set_capacity(st, raw: bytes, content_type: str = "") -> dict:
 def state(lab: operations.Lab) -> dict:
     """Everything the console shows, in one answer."""
     from lab.control import clusters
+    from lab.engine.hubwatch import enabled
 
     out = []
     for c in lab.store.clusters():
@@ -136,6 +137,8 @@ def state(lab: operations.Lab) -> dict:
                            for n in nodes]
         events = sorted(events, key=lambda e: model.timestamp(e.get("EventTime")) or 0)[-EVENTS_IN_STATE:]
         shaped["Events"] = [model.shape_named("ClusterEventSummary", e) for e in reversed(events)]
+        if lab.hubs is not None and enabled(c.spec):  # Lab.Jupyter: the console's link (lab/api/hubs.py)
+            shaped["Lab"]["Jupyter"] = lab.hubs.link(lab.store, c.name)
         shaped["Extensions"] = [{"ExtensionName": e.name, "ExtensionVersion": e.version, "Status": e.status}
                                 for e in lab.store.extensions(c.name)]
         try:

@@ -197,3 +197,36 @@ def test_console_metrics_without_chartjs_shows_the_table(api, tmp_path, monkeypa
     assert 'data-simulated="false"' in attrs and "<canvas" not in dom
     assert "apt-get install -y libjs-chart.js" in text_of(dom)
     assert re.search(r'data-metric="nodes-allocated"[^>]*>2<', dom)  # the newest sample (i = 2)
+
+
+class _Hubs:
+    """serve's hub forwards (lab/api/hubs.py) as the console sees them: a port, or why there is none yet."""
+
+    def __init__(self, links: dict[str, dict]):
+        self.links, self.asked = links, []
+
+    def link(self, st, name):
+        self.asked.append(name)
+        return self.links[name]
+
+    def close(self):
+        pass
+
+
+def test_console_links_each_cluster_s_jupyterhub(api, tmp_path):
+    """Issue 31: a cluster with Lab.Jupyter gets a JupyterHub link on the page's own host name and the
+    port serve forwards to its hub; one whose hub is not reachable yet says so; one without Lab.Jupyter
+    gets nothing (and serve is not asked for it)."""
+    from tests.api.seed import create_request
+
+    for name in ("hubbed", "waiting"):
+        seed_cluster(api.store, name, computes=1, request={**create_request(name, 1), "Lab": {"Jupyter": True}})
+    seed_cluster(api.store, "plain", computes=1)
+    api.server.lab.hubs = _Hubs({"hubbed": {"Port": 45678, "Path": "/hubbed/", "Node": "hubbed-login-1"},
+                                 "waiting": {"Waiting": "waiting has no running login node yet"}})
+    dom = chromium(tmp_path, api.url + "/", "--dump-dom", budget_ms=3000).stdout
+    links = dict(re.findall(r'<a [^>]*href="([^"]+)"[^>]*data-jupyter="([^"]+)"', dom))
+    assert links == {"http://127.0.0.1:45678/hubbed/": "hubbed"}, re.findall(r"<a [^>]*data-jupyter[^>]*>", dom)
+    assert re.search(r'data-jupyter="waiting"[^>]*>JupyterHub: not yet<', dom) or \
+        re.search(r'title="waiting has no running login node yet"[^>]*>JupyterHub: not yet<', dom), dom[-2000:]
+    assert "plain" not in api.server.lab.hubs.asked and 'data-jupyter="plain"' not in dom
