@@ -466,6 +466,11 @@ if [ -n "$WHEELS" ]; then
   cp "$WHEELS"/*.whl "$R/tmp/wheels/"
   in_root sh -c 'pip install -q --no-deps --no-index --break-system-packages --root-user-action=ignore /tmp/wheels/*.whl'
   rm -rf "$R/tmp/wheels"
+  # the nodes have no route out: no "receive official Jupyter news?" question, no update check
+  mkdir -p "$R/usr/local/share/jupyter/lab/settings"
+  cat > "$R/usr/local/share/jupyter/lab/settings/overrides.json" <<'EOF'
+{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}}
+EOF
 fi
 
 say "initramfs: the disk drivers a VM needs, no hardware database (17.8 MB -> ~8 MB)"

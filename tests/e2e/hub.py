@@ -42,6 +42,22 @@ class Opened:
         assert self.proc.returncode == 0, self.proc.stderr.read()[-2000:]
 
 
+LAUNCHER = '.jp-LauncherCard[data-category="Notebook"]'  # JupyterLab's "new notebook" card
+EDITOR = ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell .cm-content"  # the new notebook's first cell
+KERNEL = ("[...document.querySelectorAll('.jp-Notebook-ExecutionIndicator')]"
+          ".map(e => e.getAttribute('data-status')).join(' ')")
+
+
+def _kernel_settled(b: Browser, checks: int = 4) -> None:
+    """The kernel idle `checks` times in a row, 2 s apart: a new notebook's kernel says idle, then
+    reconnects (connecting, unknown) once more under emulation, and what was typed before is lost."""
+    deadline, row = time.monotonic() + 300, 0
+    while row < checks:
+        assert time.monotonic() < deadline, f"the kernel did not settle: {b.js(KERNEL)!r}"
+        row = row + 1 if b.js(KERNEL) == "idle" else 0
+        time.sleep(2)
+
+
 def _log_in(b: Browser, url: str, user: str, password: str) -> None:
     b.go(url + "hub/login")
     b.until("document.querySelector('#username_input') !== null", 60, "the login form")
@@ -62,6 +78,8 @@ def student_session(name: str, password: str, on: Callable[[str, str], str], sho
         seen["refused_at"] = b.url
 
         _log_in(b, url, "user01", password)
+        b.until("!location.pathname.endsWith('/hub/login')", 120, "the login to go through")
+        b.go(url + "hub/spawn")  # where the login leads too, unless a server of user01's is known
         b.until("document.querySelector('#spawn_form select[name=partition]') !== null", 120, "the spawn form")
         seen["partitions"] = b.js("[...document.querySelectorAll('#spawn_form option')].map(o => o.value)")
         t0 = time.monotonic()
@@ -75,20 +93,28 @@ def student_session(name: str, password: str, on: Callable[[str, str], str], sho
         seen["job"] = job.split("|")
         seen["running_s"] = time.monotonic() - t0
         b.until("location.pathname.includes('/user/user01/lab') && "
-                "document.querySelector('.jp-LauncherCard[data-category=\"Notebook\"]') !== null",
-                600, "JupyterLab's launcher", every=2)
+                "document.querySelector('[data-command=\"launcher:create\"]') !== null", 600, "JupyterLab", every=2)
         seen["ready_s"] = time.monotonic() - t0
+        try:
+            b.until(f"document.querySelector('{LAUNCHER}') !== null", 20, "JupyterLab's launcher")
+        except AssertionError:  # Lab restored user01's last workspace (a notebook, no launcher): start afresh
+            b.go(url + "user/user01/lab?reset")
+            b.until(f"document.querySelector('{LAUNCHER}') !== null", 120, "JupyterLab's launcher")
 
-        b.js("document.querySelector('.jp-LauncherCard[data-category=\"Notebook\"]').click(); true")
-        b.until("document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell .cm-content') !== null "
-                "&& document.querySelector('.jp-Notebook-ExecutionIndicator, .jp-KernelStatus') !== null",
-                300, "a new notebook", every=2)
-        b.until("[...document.querySelectorAll('.jp-KernelStatus, .jp-Notebook-ExecutionIndicator')]"
-                ".some(e => /Idle/i.test(e.innerText + ' ' + (e.getAttribute('title') || '') + ' ' + "
-                "(e.getAttribute('data-status') || '')))", 300, "the kernel to be idle", every=2)
-        b.js("document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell .cm-content').focus(); true")
-        b.type(CELL)
-        typed = b.js("document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell .cm-content').innerText")
+        b.js(f"document.querySelector('{LAUNCHER}').click(); true")
+        b.until(f"document.querySelector('{EDITOR}') !== null && document.querySelector('.jp-Notebook-ExecutionIndicator') "
+                "!== null", 300, "a new notebook", every=2)
+        _kernel_settled(b)
+        for _ in range(3):  # text typed while the kernel's connection is reset is lost: type it again
+            b.js(f"document.querySelector('{EDITOR}').focus(); true")
+            b.type(CELL)
+            time.sleep(3)
+            if b.js(f"document.querySelector('{EDITOR}').innerText").strip() == CELL:
+                break
+            b.js(f"document.querySelector('{EDITOR}').focus(); document.execCommand('selectAll'); true")
+            b.key("Delete", "Delete", 46)
+            _kernel_settled(b)
+        typed = b.js(f"document.querySelector('{EDITOR}').innerText")
         assert typed.strip() == CELL, typed
         b.key("Enter", "Enter", 13, modifiers=8)  # Shift+Enter: run the cell
         out = b.until("[...document.querySelectorAll('.jp-OutputArea-output')].map(e => e.innerText)"

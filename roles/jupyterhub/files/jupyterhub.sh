@@ -20,9 +20,10 @@ put() {
   case $? in 0) say "$1"; return 0 ;; 1) return 1 ;; *) die "cannot write $1" ;; esac
 }
 
-healthy() {
-  python3 -c "import sys, urllib.request as u; sys.exit(u.urlopen(sys.argv[1], timeout=10).status != 200)" \
-    "http://127.0.0.1:$port${base}hub/health" 2>/dev/null
+# shellcheck disable=SC2016  # $1 and $2 are bash -c's own arguments
+healthy() {  # bash's /dev/tcp, not a Python start-up a second on an emulated CPU the hub needs to start
+  timeout 10 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1" && printf "GET %shub/health HTTP/1.0\r\n\r\n" "$2" >&3 && head -n 1 <&3' \
+    slurmlab-health "$port" "$base" 2>/dev/null | grep -q " 200 "
 }
 
 if [ "$state" = present ]; then
