@@ -42,6 +42,7 @@ class Browser:
             page = next(t for t in json.load(r) if t["type"] == "page")
         self.ws = connect(page["webSocketDebuggerUrl"], max_size=64 * 1024 * 1024, open_timeout=30)
         self._ids = itertools.count(1)
+        self.send("Page.enable")  # its events include the dialogs, which send() answers
 
     def send(self, method: str, timeout: float = 120, **params) -> dict:
         i = next(self._ids)
@@ -49,6 +50,10 @@ class Browser:
         deadline = time.monotonic() + timeout
         while True:
             msg = json.loads(self.ws.recv(timeout=max(0.1, deadline - time.monotonic())))
+            if msg.get("method") == "Page.javascriptDialogOpening":
+                # "Leave site? Changes you made may not be saved" (a notebook left with changes): leave
+                self.ws.send(json.dumps({"id": next(self._ids), "method": "Page.handleJavaScriptDialog",
+                                         "params": {"accept": True}}))
             if msg.get("id") == i:
                 assert "error" not in msg, f"{method}: {msg['error']}"
                 return msg.get("result", {})

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from tests.e2e.browser import Browser
 
-CELL = ('import pathlib, socket, subprocess; pathlib.Path.home().joinpath("from-the-notebook.txt")'
-        '.write_text(socket.gethostname()); '
+CELL = ('import pathlib, socket, subprocess\n'
+        'pathlib.Path.home().joinpath("from-the-notebook.txt").write_text(socket.gethostname())\n'
         'print("srun:", subprocess.run(["srun", "hostname"], capture_output=True, text=True).stdout.strip())')
 
 
@@ -120,14 +120,15 @@ def student_session(name: str, password: str, on: Callable[[str, str], str], sho
         out = b.until("[...document.querySelectorAll('.jp-OutputArea-output')].map(e => e.innerText)"
                       ".find(t => t.includes('srun:'))", 300, "the cell's output", every=2)
         seen["output"] = out.strip()
-        seen["home_file"] = on("login", "sudo cat /home/user01/from-the-notebook.txt").strip()
+        seen["home_file"] = on("login", "sudo -u user01 cat /home/user01/from-the-notebook.txt").strip()  # NFS squashes root
         b.screenshot(shots / "jupyterlab.png")
 
         b.go(url + "hub/home")
         b.until("document.querySelector('#stop') !== null", 60, "the hub's home page")
         b.js("document.querySelector('#stop').click(); true")
-        b.until("document.querySelector('#start') !== null && getComputedStyle(document.querySelector('#start')).display !== 'none'",
-                300, "the server stopped", every=2)
+        # JupyterHub 5's home page: the stop button goes, "My Server" becomes "Start My Server"
+        b.until("document.querySelector('#stop').offsetParent === null && "
+                "/Start/.test(document.querySelector('#start').innerText)", 300, "the server stopped", every=2)
         seen["stopped"] = True
 
         b.go(url + "hub/logout")
