@@ -91,6 +91,7 @@ def student_session(name: str, password: str, on: Callable[[str, str], str], sho
             assert time.monotonic() - t0 < 600, f"no running job of user01 in squeue: {rows}"
             time.sleep(3)
         seen["job"] = job.split("|")
+        seen["squeue"] = on("login", "squeue -u user01")  # as docs/workshop.md shows it
         seen["running_s"] = time.monotonic() - t0
         b.until("location.pathname.includes('/user/user01/lab') && "
                 "document.querySelector('[data-command=\"launcher:create\"]') !== null", 600, "JupyterLab", every=2)
