@@ -37,8 +37,8 @@ from lab.providers.base import Start
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench"
 SCRIPTS = ["engine_scale", "api_latency", "cluster_timeline", "checkpoint_restore", "faults", "naive", "phases",
-           "timeline_png", "room"]
-CLI_SCRIPTS = ["engine_scale", "api_latency", "cluster_timeline", "checkpoint_restore", "faults", "room"]
+           "timeline_png", "room", "jupyter_hub"]
+CLI_SCRIPTS = ["engine_scale", "api_latency", "cluster_timeline", "checkpoint_restore", "faults", "room", "jupyter_hub"]
 
 
 def test_every_bench_script_is_covered_here():
@@ -186,7 +186,7 @@ def cli_problems(source: str, where: str = "<source>") -> list[str]:
     return problems if seen or "sl(" not in source else [f"{where}: no slurmlab command found"]
 
 
-@pytest.mark.parametrize("name", ["cluster_timeline", "checkpoint_restore", "faults", "room"])
+@pytest.mark.parametrize("name", ["cluster_timeline", "checkpoint_restore", "faults", "room", "jupyter_hub"])
 def test_the_slurmlab_commands_a_script_runs_exist(name):
     path = BENCH / f"{name}.py"
     assert list(_cli_invocations(path.read_text())), "the script runs slurmlab commands: the scan must see them"
@@ -562,6 +562,14 @@ def test_faults_run_scores_a_scenario(monkeypatch):
 
 
 # ------------------------------------------------------------------------------------ checkpoint_restore.py
+def test_jupyter_hub_conclude_and_arguments():
+    from bench import jupyter_hub
+
+    res = jupyter_hub.conclude({"without": {"inservice_s": 120.0}, "with": {"inservice_s": 190.0}})
+    assert res["ratio_inservice"] == 1.583
+    assert Path(jupyter_hub.parse_args([]).spec) == REPO / "examples" / "cluster.yaml"
+
+
 def test_checkpoint_restore_conclude():
     res = checkpoint_restore.conclude({"rebuild_s": 324.6, "restore_s": 18.7}, ["c-compute-1", "c-compute-2"],
                                       ["c-compute-2", "c-compute-1"])

@@ -1,0 +1,113 @@
+"""Benchmark: what JupyterHub (Lab.Jupyter, issue 31) costs a cluster, and a student's time to a notebook.
+
+One run, real VMs (root, a host set up by `make up`, no other VMs running), in a private
+$SLURMLAB_HOME (a new /tmp/slurmlab-bench-hub-*, kept for its logs). SPEC (default
+examples/cluster.yaml: controller, login, 2 compute) is built twice, one after the other, every node
+forked from its template:
+
+  without      `create-cluster --no-jupyter --users 3`: the baseline
+  with         `create-cluster --jupyter --users 3`: the same spec with the hub on the login node
+  *.inservice_s   create until InService (the login node Running: its configure includes the hub's start)
+  *.full_s        create until full size
+  ratio_inservice with.inservice_s / without.inservice_s
+  session      a student in headless Chromium through `slurmlab open` (tests/e2e/hub.py): running_s
+               (the spawn button to the job RUNNING in squeue), ready_s (to JupyterLab answering), and
+               the cell's `srun hostname`
+  hub_rss_mb   the hub and its proxy's resident memory on the login node
+
+Output: JSON on stdout and in bench/results/jupyter_hub-<time>.json. Each cluster is deleted after it.
+
+    sudo .venv/bin/python bench/jupyter_hub.py [SPEC]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+HUB_RSS = "ps -eo rss=,args= | awk '/jupyterhub|configurable-http-proxy/ && !/awk/ {s += $1} END {print s + 0}'"
+
+
+def say(msg: str) -> None:
+    print(f"jupyter_hub: [{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def sl(*args, timeout=2400) -> subprocess.CompletedProcess:
+    p = subprocess.run([sys.executable, "-m", "lab", *args], capture_output=True, text=True, timeout=timeout,
+                       stdin=subprocess.DEVNULL, cwd=REPO)
+    if p.returncode != 0:
+        raise RuntimeError(f"slurmlab {' '.join(args)} exited {p.returncode}: {p.stderr[-2000:]}")
+    return p
+
+
+def conclude(res: dict) -> dict:
+    """ratio_inservice: with the hub over without (both measured in this run)."""
+    res["ratio_inservice"] = round(res["with"]["inservice_s"] / res["without"]["inservice_s"], 3)
+    return res
+
+
+def build(spec: Path, name: str, flag: str) -> dict:
+    t0 = time.monotonic()
+    sl("create-cluster", "--spec", str(spec), flag, "--users", "3", "--wait", "--wait-for", "InService")
+    got = {"inservice_s": round(time.monotonic() - t0, 1)}
+    sl("describe-cluster", name, "--wait-for", "FullSize")
+    got["full_s"] = round(time.monotonic() - t0, 1)
+    return got
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("spec", nargs="?", default=str(REPO / "examples" / "cluster.yaml"),
+                    help="the cluster spec, with a login group (default examples/cluster.yaml)")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    spec = Path(parse_args(argv).spec).resolve()
+    name = yaml.safe_load(spec.read_text())["ClusterName"]
+    home = Path(tempfile.mkdtemp(prefix="slurmlab-bench-hub-"))
+    os.environ["SLURMLAB_HOME"] = str(home)
+    res: dict = {"spec": str(spec.relative_to(REPO) if spec.is_relative_to(REPO) else spec), "home": str(home)}
+    try:
+        for way, flag in (("without", "--no-jupyter"), ("with", "--jupyter")):
+            res[way] = build(spec, name, flag)
+            say(f"{way} the hub: InService in {res[way]['inservice_s']} s, full size in {res[way]['full_s']} s")
+            if way == "with":
+                sys.path.insert(0, str(REPO))
+                from tests.e2e.hub import student_session
+
+                def on(node: str, command: str) -> str:
+                    return sl("ssh", name, node, "--", command, timeout=300).stdout
+
+                password = json.loads(sl("users", "show", name, "--output", "json").stdout)["Password"]
+                seen = student_session(name, password, on, home / "shots", home / "chromium")
+                res["session"] = {k: (round(v, 1) if isinstance(v, float) else v) for k, v in seen.items()
+                                  if k in ("running_s", "ready_s", "output", "job")}
+                res["hub_rss_mb"] = round(int(on("login", HUB_RSS).strip() or 0) / 1024, 1)
+                say(f"a student's notebook: job running after {res['session']['running_s']} s, JupyterLab after "
+                    f"{res['session']['ready_s']} s; the hub uses {res['hub_rss_mb']} MB")
+            sl("delete-cluster", name, timeout=900)
+        conclude(res)
+    except Exception as e:  # noqa: BLE001 - the result says what failed
+        res["error"] = str(e)[:2000]
+        subprocess.run([sys.executable, "-m", "lab", "delete-cluster", name], cwd=REPO, capture_output=True,
+                       timeout=900, stdin=subprocess.DEVNULL)
+    finally:
+        subprocess.run([sys.executable, "-m", "lab", "engine", "stop"], cwd=REPO, capture_output=True, timeout=120)
+    out = REPO / "bench" / "results" / f"jupyter_hub-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.write_text(json.dumps(res, indent=2) + "\n")
+    print(json.dumps(res, indent=2))
+    sys.exit(1 if "error" in res else 0)
+
+
+if __name__ == "__main__":
+    main()
