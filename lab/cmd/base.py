@@ -131,3 +131,9 @@ def print_accounts(name: str) -> None:
     if acc is not None and acc.users:
         out.print(f"student accounts: {users.name_range(acc.names)}  password: {acc.password}  "
                   f"(slurmlab users show {name})", markup=False)
+    from lab.engine.hubwatch import enabled
+
+    c = store().cluster(name)
+    if c is not None and enabled(c.spec):  # Lab.Jupyter
+        out.print(f"in a browser: slurmlab open {name}  (JupyterHub on the login node: the students log in there)",
+                  markup=False)
