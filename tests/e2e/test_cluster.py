@@ -15,7 +15,9 @@ update replaces the GPU node with a VM of another box while a job runs on a CPU 
 working, and delete leaves nothing in libvirt. Issue 30: boto3's CreateClusterExtension puts
 sagemaker-observability on the running cluster: Active, a student's job in the Slurm metrics, node metrics
 of every node and of the scale-out's late joiner, Degraded naming a node whose exporter stopped and back,
-the console's charts drawn in Chromium; DeleteClusterExtension leaves no part on any node.
+the console's charts drawn in Chromium; DeleteClusterExtension leaves no part on any node. Issue 31:
+a student in JupyterLab in headless Chromium through `slurmlab open` (the notebook is their Slurm job,
+a cell's srun runs inside it), and a hub that stops answering shown on the login node and cleared.
 """
 
 from __future__ import annotations
@@ -332,6 +334,24 @@ def test_a_student_in_jupyterlab_in_a_browser(tmp_path):
     assert job_state(job, 120)[0] in ("CANCELLED", "COMPLETED")  # stopping the server ended the job
     assert not on("login", "squeue -h -u user01 -o %i").split()
     assert "/hub/login" in seen["logged_out_at"]
+
+
+def test_jupyterhub_down_is_shown_on_the_login_node_and_clears():
+    """Issue 31: the engine asks the login node's hub every 30 s (from the controller, bash /dev/tcp); a
+    hub that does not answer is the login node's message and one Warning event; started again, both go."""
+    login = f"{NAME}-login-1"
+    assert not nodes()[login]["InstanceStatus"].get("Message"), nodes()[login]  # it answers: nothing shown
+    mark = _event_ids()
+    on("login", "sudo systemctl stop jupyterhub")
+    try:
+        _wait(lambda: (nodes()[login]["InstanceStatus"].get("Message") or "").startswith("JupyterHub does not answer"),
+              120, "the login node to say that its hub does not answer")
+    finally:
+        on("login", "sudo systemctl start jupyterhub")
+    _wait(lambda: not nodes()[login]["InstanceStatus"].get("Message"), 300, "the login node's message to go")
+    events = [e["Description"] for e in _events_since(mark)]
+    assert sum("JupyterHub does not answer" in e for e in events) == 1, events
+    assert f"{login}: JupyterHub answers again" in events, events
 
 
 def test_second_ansible_run_changes_nothing():
