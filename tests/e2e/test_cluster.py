@@ -302,17 +302,20 @@ def test_job_over_its_memory_ends_out_of_memory():
 
 
 def test_users_add_and_remove_on_the_running_cluster():
+    hub_pid = on("login", "systemctl show -p MainPID --value jupyterhub").strip()
     sl("users", "add", NAME, "guest01")
     for node in ("controller", "login", f"{NAME}-compute-1", "gpu"):
         assert on(node, "id -u guest01").strip() == on("controller", "id -u guest01").strip()
     assert "guest01" in on("login", "sacctmgr -n -P show association format=user").split()
     assert student("pwd", user="guest01").strip() == "/home/guest01"
-    hub = "sudo grep -c guest01 /etc/jupyterhub/slurmlab_config.py || true"  # JupyterHub's allowed students
+    hub = "grep -cx guest01 /etc/jupyterhub/slurmlab_students || true"  # who JupyterHub lets in (Lab.Jupyter)
     assert on("login", hub).strip() == "1"
     sl("users", "remove", NAME, "guest01")
     assert on("login", "getent passwd guest01 || echo gone").strip() == "gone"
     assert "guest01" not in on("login", "sacctmgr -n -P show association format=user").split()
     assert on("login", hub).strip() == "0"
+    # the hub read the list at each login and was never restarted: nobody's session dropped
+    assert on("login", "systemctl show -p MainPID --value jupyterhub").strip() == hub_pid != "0"
 
 
 def test_a_student_in_jupyterlab_in_a_browser(tmp_path):

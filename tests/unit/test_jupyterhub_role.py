@@ -28,7 +28,7 @@ def _render(tmp: Path, extravars: dict | None = None) -> str:
              "connection": "local", "vars": defaults,
              "tasks": [{"name": "Render", "ansible.builtin.template": {
                  "src": f"{ROLE}/templates/{{{{ item }}}}.j2", "dest": f"{out}/{{{{ item }}}}", "mode": "0644"},
-                 "loop": ["jupyterhub_config.py", "dropin.conf", "pam.jupyterhub"]}]}]
+                 "loop": ["jupyterhub_config.py", "dropin.conf", "pam.jupyterhub", "students"]}]}]
     (tmp / "render.yml").write_text(yaml.safe_dump(play))
     (tmp / "vars.json").write_text(json.dumps(extravars or {}))
     cmd = [_ansible_tool("ansible-playbook"), "-i", str(INVENTORY), str(tmp / "render.yml"), "-e", f"@{tmp / 'vars.json'}",
@@ -38,6 +38,7 @@ def _render(tmp: Path, extravars: dict | None = None) -> str:
     pam = (out / "pam.jupyterhub").read_text()  # a real VM's PAM refused a literal "\\n" after the last line
     assert pam.endswith("@include common-account\n") and "\\n" not in pam, repr(pam[-60:])
     assert "ExecStart=/usr/bin/python3 -m jupyterhub.app -f /etc/jupyterhub/slurmlab_config.py" in (out / "dropin.conf").read_text()
+    (tmp / "students").write_text((out / "students").read_text())  # beside `out`: the tests read it
     return (out / "jupyterhub_config.py").read_text()
 
 
@@ -58,6 +59,14 @@ def _run(config: str, monkeypatch, partitions: str = "dev\ngpu\n") -> tuple[Sect
 
     fake.SlurmSpawner = SlurmSpawner
     monkeypatch.setitem(sys.modules, "batchspawner", fake)
+    auth = types.ModuleType("jupyterhub.auth")
+
+    class PAMAuthenticator:
+        pass
+
+    auth.PAMAuthenticator = PAMAuthenticator
+    monkeypatch.setitem(sys.modules, "jupyterhub", types.ModuleType("jupyterhub"))
+    monkeypatch.setitem(sys.modules, "jupyterhub.auth", auth)
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, partitions, ""))
     c = Section()
     names = {"get_config": lambda: c, "__name__": "jupyterhub_config"}
@@ -66,8 +75,14 @@ def _run(config: str, monkeypatch, partitions: str = "dev\ngpu\n") -> tuple[Sect
 
 
 @pytest.fixture(scope="module")
-def rendered(tmp_path_factory):
-    return _render(tmp_path_factory.mktemp("jh"))
+def rendered_in(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("jh")
+    return _render(tmp), tmp
+
+
+@pytest.fixture
+def rendered(rendered_in):
+    return rendered_in[0]
 
 
 def test_the_hub_serves_the_cluster_s_path_and_lets_in_its_students_by_pam(rendered, monkeypatch):
@@ -75,15 +90,32 @@ def test_the_hub_serves_the_cluster_s_path_and_lets_in_its_students_by_pam(rende
     hub = c.JupyterHub
     assert hub.bind_url == "http://:8000/demo/"  # a path per cluster: the browser's cookies of 127.0.0.1 stay apart
     assert (hub.hub_ip, hub.hub_port, hub.hub_connect_ip) == ("0.0.0.0", 8081, "demo-login-1")
-    assert hub.authenticator_class == "pam" and c.PAMAuthenticator.service == "jupyterhub"
-    users = yaml.safe_load(INVENTORY.read_text())["all"]["vars"]["slurmlab_users"]
-    assert c.Authenticator.allowed_users == {u["name"] for u in users} and c.Authenticator.allowed_users
+    assert hub.authenticator_class is names["LabPAMAuthenticator"] and c.PAMAuthenticator.service == "jupyterhub"
+    assert names["STUDENTS"] == "/etc/jupyterhub/slurmlab_students"
     assert hub.spawner_class is names["LabSlurmSpawner"]
     assert hub.db_url == "sqlite:////var/lib/jupyterhub/jupyterhub.sqlite" and hub.cleanup_servers is False
     s = c.SlurmSpawner
     assert (s.req_partition, s.req_nprocs, s.req_memory, s.req_runtime) == ("dev", "1", "384M", "60")
     assert s.req_srun == "srun --overlap" and s.batch_query_cmd.endswith("'%T %r %B'")
     assert c.Spawner.env_keep == ["PATH", "LANG"] and c.Spawner.default_url == "/lab"
+
+
+def test_the_students_of_now_log_in_read_at_each_login(rendered_in, monkeypatch, tmp_path):
+    """`slurmlab users add|remove` rewrites the students file and never restarts the hub (everyone's
+    session would drop): the authenticator reads the file at each login."""
+    config, rendered_dir = rendered_in
+    users = [u["name"] for u in yaml.safe_load(INVENTORY.read_text())["all"]["vars"]["slurmlab_users"]]
+    listed = (rendered_dir / "students").read_text()
+    assert users and listed == "".join(f"{u}\n" for u in users), repr(listed)
+    _, names = _run(config, monkeypatch)
+    students = tmp_path / "students"
+    monkeypatch.setitem(names, "STUDENTS", str(students))
+    auth = names["LabPAMAuthenticator"]()
+    assert auth.check_allowed(users[0]) is False  # no file: nobody
+    students.write_text(listed)
+    assert auth.check_allowed(users[0]) and not auth.check_allowed("root") and not auth.check_allowed("vagrant")
+    students.write_text(listed + "guest01\n")  # users add: the next login sees it
+    assert auth.check_allowed("guest01")
 
 
 def test_the_spawn_form_offers_slurm_s_partitions_and_refuses_wrong_values(rendered, monkeypatch):

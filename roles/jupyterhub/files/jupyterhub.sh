@@ -1,13 +1,15 @@
 #!/bin/sh
 # JupyterHub on one login node (tasks/main.yml). Needs install_if_changed.
 # Arguments: present|absent, the hub's configuration file, its PAM service file, the drop-in of
-# Debian's jupyterhub.service, the hub's data folder, the proxy's port, the hub's port, the base URL;
-# with present: the configuration, the PAM service and the drop-in in base64.
-# present: writes what differs, reloads systemd once, starts the hub or restarts it when something
-# changed, waits until it answers /hub/health.
+# Debian's jupyterhub.service, the hub's data folder, the proxy's port, the hub's port, the base URL,
+# the students file; with present: the configuration, the PAM service, the drop-in and the students
+# in base64.
+# present: writes what differs, reloads systemd once, starts the hub or restarts it when its
+# configuration or drop-in changed (not for the students file: the hub reads it at each login),
+# waits until it answers /hub/health.
 # absent: stops and disables the hub, deletes what this role wrote and the hub's data.
 # Prints "slurmlab-jupyterhub changed: ..." per change, "slurmlab-jupyterhub failed: ..." on a failure.
-state="$1" conf="$2" pam="$3" dropin="$4" data="$5" port="$6" hub_port="$7" base="$8"
+state="$1" conf="$2" pam="$3" dropin="$4" data="$5" port="$6" hub_port="$7" base="$8" students="$9"
 UNIT=jupyterhub
 say() { echo "slurmlab-jupyterhub changed: $*"; }
 die() { echo "slurmlab-jupyterhub failed: $*" >&2; exit 1; }
@@ -27,9 +29,10 @@ healthy() {  # bash's /dev/tcp, not a Python start-up a second on an emulated CP
 }
 
 if [ "$state" = present ]; then
-  put "$conf" 0600 root:root "$9" && restart=1
-  put "$pam" 0644 root:root "${10}"
-  put "$dropin" 0644 root:root "${11}" && { reload=1; restart=1; }
+  put "$conf" 0600 root:root "${10}" && restart=1
+  put "$pam" 0644 root:root "${11}"
+  put "$dropin" 0644 root:root "${12}" && { reload=1; restart=1; }
+  put "$students" 0644 root:root "${13}"
   if [ ! -d "$data" ]; then
     install -d -m 0700 -o root -g root "$data" || die "cannot make $data"
     say "$data"
@@ -64,7 +67,7 @@ if [ "$(systemctl is-enabled "$UNIT" 2>/dev/null)" = enabled ] || [ "$(systemctl
     || systemctl stop "$UNIT" || die "cannot stop $UNIT"
   say "$UNIT stopped"
 fi
-for f in "$dropin" "$conf" "$pam"; do
+for f in "$dropin" "$conf" "$pam" "$students"; do
   if [ -e "$f" ]; then rm -f "$f" || die "cannot remove $f"; say "$f removed"; reload=1; fi
 done
 rmdir "${dropin%/*}" 2>/dev/null
