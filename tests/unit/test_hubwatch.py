@@ -49,7 +49,9 @@ def test_a_hub_that_stops_answering_is_shown_on_its_login_node_and_cleared_when_
         answers["why"] = "no answer on port 8000"
         t0 = lab.clock()
         await lab.run_until(lambda: lab.node(LOGIN).message.startswith(MESSAGE))
-        assert lab.clock() - t0 <= HUB_PERIOD_S + 3
+        # asked every HUB_PERIOD_S, the answer shown a pass later; the ask runs in a thread, so the virtual
+        # clock may move on while it does (a full suite's threads): within two periods
+        assert lab.clock() - t0 <= 2 * HUB_PERIOD_S + 3
         assert lab.node(LOGIN).message == f"{MESSAGE}: no answer on port 8000"
         await lab.ticks(int(2 * HUB_PERIOD_S))  # asked again, still down: one event, not one per poll
         ev = [e.description for e in lab.st.events("demo") if "JupyterHub" in e.description]
