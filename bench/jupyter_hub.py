@@ -24,29 +24,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-import yaml
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's bench package
+from bench.onecluster import REPO, parse_spec, sl, start  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
 HUB_RSS = "ps -eo rss=,args= | awk '/jupyterhub|configurable-http-proxy/ && !/awk/ {s += $1} END {print s + 0}'"
 
 
 def say(msg: str) -> None:
     print(f"jupyter_hub: [{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def sl(*args, timeout=2400) -> subprocess.CompletedProcess:
-    p = subprocess.run([sys.executable, "-m", "lab", *args], capture_output=True, text=True, timeout=timeout,
-                       stdin=subprocess.DEVNULL, cwd=REPO)
-    if p.returncode != 0:
-        raise RuntimeError(f"slurmlab {' '.join(args)} exited {p.returncode}: {p.stderr[-2000:]}")
-    return p
 
 
 def conclude(res: dict) -> dict:
@@ -65,24 +55,16 @@ def build(spec: Path, name: str, flag: str) -> dict:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("spec", nargs="?", default=str(REPO / "examples" / "cluster.yaml"),
-                    help="the cluster spec, with a login group (default examples/cluster.yaml)")
-    return ap.parse_args(argv)
+    return parse_spec(argv, __doc__, "the cluster spec, with a login group (default examples/cluster.yaml)")
 
 
 def main(argv: list[str] | None = None) -> None:
-    spec = Path(parse_args(argv).spec).resolve()
-    name = yaml.safe_load(spec.read_text())["ClusterName"]
-    home = Path(tempfile.mkdtemp(prefix="slurmlab-bench-hub-"))
-    os.environ["SLURMLAB_HOME"] = str(home)
-    res: dict = {"spec": str(spec.relative_to(REPO) if spec.is_relative_to(REPO) else spec), "home": str(home)}
+    spec, name, home, res = start(parse_args(argv).spec, "slurmlab-bench-hub-")
     try:
         for way, flag in (("without", "--no-jupyter"), ("with", "--jupyter")):
             res[way] = build(spec, name, flag)
             say(f"{way} the hub: InService in {res[way]['inservice_s']} s, full size in {res[way]['full_s']} s")
             if way == "with":
-                sys.path.insert(0, str(REPO))
                 from tests.e2e.hub import student_session
 
                 def on(node: str, command: str) -> str:

@@ -37,7 +37,7 @@ from lab.providers.base import Start
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench"
 SCRIPTS = ["engine_scale", "api_latency", "cluster_timeline", "checkpoint_restore", "faults", "naive", "phases",
-           "timeline_png", "room", "jupyter_hub"]
+           "timeline_png", "room", "jupyter_hub", "onecluster"]
 CLI_SCRIPTS = ["engine_scale", "api_latency", "cluster_timeline", "checkpoint_restore", "faults", "room", "jupyter_hub"]
 
 
