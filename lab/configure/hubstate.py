@@ -16,9 +16,14 @@ TIMEOUT_S = 60
 MARK = "slurmlab-hub"
 
 
+def path(cluster: str) -> str:
+    """The hub's URL path on its proxy (roles/jupyterhub: jupyterhub_base_url)."""
+    return f"/{cluster}/"
+
+
 def command(cluster: str, logins: list[tuple[str, str]]) -> str:
     """One shell line: per (name, address), `slurmlab-hub NAME STATUS-LINE` (empty: no answer in 10 s)."""
-    request = f"GET /{cluster}/hub/health HTTP/1.0\\r\\nHost: localhost\\r\\n\\r\\n"
+    request = f"GET {path(cluster)}hub/health HTTP/1.0\\r\\nHost: localhost\\r\\n\\r\\n"
     parts = []
     for name, address in logins:
         probe = f'exec 3<>/dev/tcp/{address}/{PORT} && printf "{request}" >&3 && head -n 1 <&3'

@@ -7,19 +7,14 @@ and the console forward a loopback port of this machine to the first running log
 
 from __future__ import annotations
 
+from lab.configure.hubstate import PORT, path
 from lab.control.views import get
-from lab.engine.hubwatch import enabled
-from lab.engine.states import Phase
+from lab.engine.hubwatch import enabled, running_logins
 from lab.errors import LabError
 from lab.providers import registry
 from lab.store.db import NodeRow, Store
 
-PORT = 8000  # roles/jupyterhub/defaults/main.yml: jupyterhub_port
-
-
-def path(name: str) -> str:
-    """The hub's URL path on the proxy (roles/jupyterhub: jupyterhub_base_url)."""
-    return f"/{name}/"
+__all__ = ["PORT", "hub_node", "path"]  # the port and path of lab/configure/hubstate.py: one place for both
 
 
 def hub_node(st: Store, name: str) -> NodeRow:
@@ -31,9 +26,7 @@ def hub_node(st: Store, name: str) -> NodeRow:
     if registry.info(c.provider).simulated:
         raise LabError(f"{name} is a simulated cluster: its login node is not a VM and runs no hub",
                        "create the cluster with the default (real VM) provider")
-    logins = {g.name for g in st.groups(name) if g.node_type == "Login"}
-    node = next((n for n in st.nodes(name) if n.grp in logins and n.phase == Phase.RUNNING and n.address
-                 and not n.pending), None)
+    node = next(iter(running_logins(st.groups(name), st.nodes(name))), None)
     if node is None:
         raise LabError(f"{name} has no running login node yet", f"wait for it: slurmlab describe-cluster {name} "
                        "--wait-for InService")

@@ -15,7 +15,7 @@ from lab.engine.backends import Backends
 from lab.engine.bookkeeping import Records
 from lab.engine.states import Phase
 from lab.engine.tasks import Tasks
-from lab.engine.watching import WATCHED
+from lab.engine.watching import WATCHED, controller_up
 from lab.store.db import ClusterRow
 
 HUB_PERIOD_S = 30.0
@@ -25,6 +25,12 @@ MESSAGE = "JupyterHub does not answer"
 def enabled(spec: dict | None) -> bool:
     """Lab.Jupyter of a stored spec."""
     return bool(((spec or {}).get("Lab") or {}).get("Jupyter"))
+
+
+def running_logins(groups, nodes) -> list:
+    """The login nodes whose hub can be reached: running, with an address, no reboot or replace pending."""
+    logins = {g.name for g in groups if g.node_type == "Login"}
+    return [n for n in nodes if n.grp in logins and n.phase == Phase.RUNNING and n.address and not n.pending]
 
 
 class HubWatch:
@@ -41,11 +47,9 @@ class HubWatch:
             self._show(c.name, nodes, got)
         if c.status not in WATCHED or "hub" in busy or not enabled(c.spec):
             return
-        types = {g.name: g.node_type for g in groups}
-        if not any(types.get(n.grp) == "Controller" and n.phase == Phase.RUNNING and not n.pending for n in nodes):
+        if not controller_up({g.name: g.node_type for g in groups}, nodes):
             return  # the hub is asked from the controller
-        logins = [n.name for n in nodes if types.get(n.grp) == "Login" and n.phase == Phase.RUNNING
-                  and not n.pending and n.address]
+        logins = [n.name for n in running_logins(groups, nodes)]
         now = self.clock()
         if not logins or now - self._asked_at.get(c.name, float("-inf")) < self.period_s:
             return

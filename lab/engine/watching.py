@@ -35,6 +35,11 @@ ENGINE_STALE_S = 60.0  # no heartbeat this long: DescribeCluster says the engine
 WATCHED = (Status.IN_SERVICE, Status.UPDATING)  # the cluster statuses whose Slurm the engine reads
 
 
+def controller_up(types: dict[str, str], nodes) -> bool:
+    """A running controller to ask (not being replaced or rebooted); `types`: group -> node type."""
+    return any(types.get(n.grp) == "Controller" and n.phase == Phase.RUNNING and not n.pending for n in nodes)
+
+
 class SlurmWatch:
     """Reads Slurm's view of each cluster (a task per cluster, at most every `slurm_period_s`) and acts
     on it the next pass: marks, events, and recovery steps (a slurmd restart is a task of `steps`; a
@@ -66,7 +71,7 @@ class SlurmWatch:
         if c.status not in WATCHED or "slurm" in busy:
             return
         types = {g.name: g.node_type for g in groups}
-        if not any(types.get(n.grp) == "Controller" and n.phase == Phase.RUNNING and not n.pending for n in nodes):
+        if not controller_up(types, nodes):
             return  # no controller to ask (being replaced, rebooted, not up yet)
         if not any(types.get(n.grp) == "Compute" and n.joined_at for n in nodes) and c.slurm_problem is None:
             return  # nothing in Slurm to watch yet
