@@ -88,6 +88,8 @@ def list_clusters(lab: Lab, body: dict) -> dict:
         plans = sorted({g["TrainingPlanArn"] for g in c.spec.get("InstanceGroups", []) if g.get("TrainingPlanArn")})
         if plans:
             s["TrainingPlanArns"] = plans
+        if (image := clusters.image_version_status(lab.store, c.name)) is not None:
+            s["ImageVersionStatus"] = image
         summaries.append(s)
     out["ClusterSummaries"] = summaries
     return out

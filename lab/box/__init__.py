@@ -31,7 +31,7 @@ from . import recipe as _recipe
 from . import teardown as _td
 from . import vagrant as _vg
 
-DEFAULT_BOX = "slurmlab/trixie-slurm"
+DEFAULT_BOX = _recipe.box_name()  # slurmlab/trixie-slurm; slurmlab/forky-slurm is the other line
 
 __all__ = ["DEFAULT_BOX", "BoxInfo", "build", "image_bytes", "inputs_hash", "is_current", "list_boxes", "require"]
 
@@ -51,9 +51,15 @@ class BoxInfo:
     slurm_version: str | None = None
 
 
-def inputs_hash() -> str:
-    """The hash of everything that makes the image: recipe, package list, mirror, customize.sh."""
-    return _recipe.inputs_hash()
+def inputs_hash(suite: str = _recipe.DEFAULT_SUITE) -> str:
+    """The hash of everything that makes a line's image: recipe, package list, mirror, customize.sh."""
+    return _recipe.inputs_hash(_recipe.default_recipe(suite))
+
+
+def suite_of(name: str, marker: dict | None = None) -> str:
+    """The line a box belongs to: by its name, else by what its slurmlab.json says, else the default."""
+    got = _recipe.suite_of(name) or (marker or {}).get("debian_suite")
+    return got if got in _recipe.LINES else _recipe.DEFAULT_SUITE
 
 
 def _added_marker(name: str) -> dict | None:
@@ -70,20 +76,21 @@ def image_bytes(name: str = DEFAULT_BOX) -> int | None:
 
 
 def is_current(name: str = DEFAULT_BOX) -> bool:
-    """Added to Vagrant AND built from the current inputs (reads Vagrant's box directory: fast)."""
+    """Added to Vagrant AND built from its line's current inputs (reads Vagrant's box directory: fast)."""
     marker = _added_marker(name)
-    return bool(marker) and marker.get("inputs_hash") == inputs_hash()
+    return bool(marker) and marker.get("inputs_hash") == inputs_hash(suite_of(name, marker))
 
 
-def _cached(h: str) -> tuple[Path | None, int | None]:
-    f = _cache.box_file(h)
+def _cached(h: str, suite: str = _recipe.DEFAULT_SUITE) -> tuple[Path | None, int | None]:
+    f = _cache.box_file(h, suite)
     with contextlib.suppress(OSError):
         return f, f.stat().st_size
     return None, None
 
 
 def _info(name: str, h: str, marker: dict | None, added: bool) -> BoxInfo:
-    path, size = _cached(h)
+    suite = suite_of(name, marker)
+    path, size = _cached(h, suite)
     return BoxInfo(
         name=name,
         inputs_hash=h,
@@ -92,25 +99,31 @@ def _info(name: str, h: str, marker: dict | None, added: bool) -> BoxInfo:
         added=added,
         built_at=(marker or {}).get("built_at"),
         slurmlab=marker is not None,
-        current=h == inputs_hash(),
+        current=h == inputs_hash(suite),
         slurm_version=(marker or {}).get("slurm_version"),
     )
 
 
 def build(
-    name: str = DEFAULT_BOX,
+    name: str | None = None,
     *,
+    suite: str | None = None,
     force: bool = False,
     progress: Callable[[str], None] = lambda s: None,
 ) -> BoxInfo:
-    """Make sure box `name`, built from the current inputs, is added to Vagrant.
+    """Make sure box `name` (default: the line's, slurmlab/<suite>-slurm), built from the current inputs
+    of line `suite` (default: the name's line, else trixie), is added to Vagrant and registered as a
+    release of its line (lab/box/releases.py).
 
     Up to date: returns at once. Cached .box but not added: `vagrant box add` only. Otherwise (or
     with force=True) builds the image (needs root, ~3 GiB free in the cache, the Debian mirror),
     then adds it. A failed or interrupted build leaves no work files, mounts, loop devices or
     half-added box behind.
     """
-    h = inputs_hash()
+    recipe = _recipe.default_recipe(suite or _recipe.suite_of(name or "") or _recipe.DEFAULT_SUITE)
+    suite = recipe.suite
+    name = name or _recipe.box_name(suite)
+    h = _recipe.inputs_hash(recipe)
     if not force:
         marker = _added_marker(name)
         if marker and marker.get("inputs_hash") == h:
@@ -126,23 +139,26 @@ def build(
             progress(f"box up to date: {name} ({h})")  # another process built it meanwhile
             return _info(name, h, marker, added=True)
 
-        box = _cache.box_file(h)
+        box = _cache.box_file(h, suite)
         if force or not box.is_file():
             if _pre.is_root():
                 _td.cleanup_stale(progress)  # before the space check: stale dirs hold space
             _pre.check_build_host(_cache.boxes_dir())
             progress(f"building box {name} from inputs {h}")
-            recipe = _recipe.default_recipe()
             script_text = _recipe.CUSTOMIZE_SCRIPT.read_text()
             if _recipe.inputs_hash(recipe, script_text) != h:
                 raise HostError("the box recipe changed while the build started", "run the build again")
             box = _image.build_image(name, h, recipe, script_text, say)
-            _cache.prune_cache(keep=h)
+            _cache.prune_cache(keep=h, suite=suite)
         else:
             _pre.check_tools(_pre.ADD_TOOLS)
             progress(f"box {h} is in the cache: {box}")
         _install.vagrant_add(name, box, h, say)
-        return _info(name, h, _added_marker(name), added=True)
+        marker = _added_marker(name)
+        from . import releases
+
+        releases.register(name, marker or {})
+        return _info(name, h, marker, added=True)
 
 
 def list_boxes() -> list[BoxInfo]:
@@ -169,9 +185,11 @@ def list_boxes() -> list[BoxInfo]:
 def require(name: str | None) -> None:
     """The spec's box (or the default) must be added to Vagrant before any VM starts."""
     name = name or DEFAULT_BOX
-    if name == DEFAULT_BOX:
+    line = _recipe.suite_of(name)
+    if line is not None:
         if not is_current(name):
-            raise NotFound(f"box {name} is missing or out of date", "slurmlab box build")
+            raise NotFound(f"box {name} is missing or out of date", "slurmlab box build"
+                           + ("" if line == _recipe.DEFAULT_SUITE else f" --suite {line}"))
         return
     if not any(b.name == name and b.added for b in list_boxes()):
         raise NotFound(f"box {name} (Lab.Box in the spec) is not added to Vagrant",

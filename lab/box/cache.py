@@ -21,8 +21,8 @@ def boxes_dir() -> Path:
     return cache() / "boxes"
 
 
-def box_file(h: str) -> Path:
-    return boxes_dir() / h / rc.BOX_FILENAME
+def box_file(h: str, suite: str = rc.DEFAULT_SUITE) -> Path:
+    return boxes_dir() / h / rc.box_filename(suite)
 
 
 
@@ -42,9 +42,10 @@ def build_lock(progress: Callable[[str], None]) -> Iterator[None]:
 
 
 
-def prune_cache(keep: str) -> None:
-    """Delete cached boxes built from other inputs (Vagrant keeps its own copy of added boxes)."""
+def prune_cache(keep: str, suite: str = rc.DEFAULT_SUITE) -> None:
+    """Delete cached boxes of the same line built from other inputs (Vagrant keeps its own copy of
+    added boxes); other lines' boxes stay."""
     for d in boxes_dir().iterdir():
-        if d.is_dir() and not d.name.startswith(".") and d.name != keep and (d / rc.BOX_FILENAME).exists():
+        if d.is_dir() and not d.name.startswith(".") and d.name != keep and (d / rc.box_filename(suite)).exists():
             shutil.rmtree(d, ignore_errors=True)
 

@@ -241,7 +241,7 @@ def _package(b: _Build, pkg: Path, final: Path, *, name: str, h: str, slurm: str
 
 def build_image(name: str, h: str, recipe: rc.Recipe, script_text: str, say: Clock) -> Path:
     """Build the .box for inputs hash `h` and rename it into the cache. Returns its path."""
-    final = box_file(h)
+    final = box_file(h, recipe.suite)
     work = Path(tempfile.mkdtemp(prefix=WORK_PREFIX, dir=boxes_dir()))
     log = BuildLog(boxes_dir() / "build.log")
     log.session_file = work / "session"

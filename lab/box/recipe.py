@@ -21,7 +21,7 @@ CUSTOMIZE_SCRIPT = HERE / "customize.sh"
 # Bump when builder code (not data below) changes what the image contains.
 RECIPE_REVISION = 2
 
-BOX_FILENAME = "slurmlab-trixie-slurm.box"
+BOX_FILENAME = "slurmlab-trixie-slurm.box"  # the default line's; box_filename(suite) for any
 MARKER_FILENAME = "slurmlab.json"
 MIRROR_ENV = settings.DEBIAN_MIRROR.name
 DEFAULT_MIRROR = settings.DEBIAN_MIRROR.default
@@ -116,14 +116,40 @@ class Recipe:
     revision: int = RECIPE_REVISION
 
 
-def default_recipe() -> Recipe:
-    """The recipe for this host: the mirror may be overridden with $SLURMLAB_DEBIAN_MIRROR."""
+# Box lines (issue 32): a Debian suite and the Slurm series its mirror carries. Each line is its own
+# Vagrant box (`slurmlab/<suite>-slurm`), cache entry and release line (lab/box/releases.py).
+# trixie: Debian 13, Slurm 24.11 (the default); forky: Debian 14 (testing), Slurm 26.05.
+LINES: dict[str, str] = {"trixie": "24.11", "forky": "26.05"}
+DEFAULT_SUITE = "trixie"
+
+
+def box_name(suite: str = DEFAULT_SUITE) -> str:
+    return f"slurmlab/{suite}-slurm"
+
+
+def box_filename(suite: str = DEFAULT_SUITE) -> str:
+    return f"slurmlab-{suite}-slurm.box"
+
+
+def suite_of(name: str) -> str | None:
+    """The line of a box name slurmlab builds (None: not one of its lines)."""
+    return next((s for s in LINES if box_name(s) == name), None)
+
+
+def default_recipe(suite: str = DEFAULT_SUITE) -> Recipe:
+    """The recipe of a line for this host: the mirror may be overridden with $SLURMLAB_DEBIAN_MIRROR."""
+    if suite not in LINES:
+        from lab.errors import UsageError
+
+        raise UsageError(f"--suite {suite}: slurmlab builds boxes of {', '.join(LINES)}",
+                         f"give one of them (--suite {DEFAULT_SUITE} is the default)")
     mirror = settings.DEBIAN_MIRROR.get()
-    return Recipe(mirror=mirror.rstrip("/"))
+    return Recipe(mirror=mirror.rstrip("/"), suite=suite, slurm_series=LINES[suite])
 
 
 def inputs_hash(recipe: Recipe | None = None, script_text: str | None = None) -> str:
-    """A short sha256 over the recipe and the customize script: the box's cache key."""
+    """A short sha256 over the recipe and the customize script: the box's cache key (the suite and
+    Slurm series are in the recipe: each line has its own)."""
     recipe = recipe or default_recipe()
     if script_text is None:
         script_text = CUSTOMIZE_SCRIPT.read_text()

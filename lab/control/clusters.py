@@ -22,6 +22,7 @@ from lab.control.views import (
     describe_node,
     get,
     gpus,
+    image_version_status,
     list_events,
     list_nodes,
 )
@@ -31,5 +32,5 @@ from lab.errors import Conflict, NotFound, UsageError
 __all__ = [
     "MAX_CLUSTERS", "ClusterLimit", "Conflict", "NameTaken", "NotFound", "UsageError", "_group_rows", "add_nodes",
     "arn", "check_new", "create", "delete", "delete_nodes", "describe", "describe_event", "describe_node",
-    "event_id", "get", "gpus", "list_events", "list_nodes", "reboot_nodes", "replace_nodes", "update", "wait",
+    "event_id", "get", "gpus", "image_version_status", "list_events", "list_nodes", "reboot_nodes", "replace_nodes", "update", "wait",
 ]

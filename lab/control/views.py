@@ -9,6 +9,7 @@ import hashlib
 from lab import settings
 from lab.engine.bookkeeping import SCALING
 from lab.control.events import event_id, event_number
+from lab.control.imageversions import Versions, auto_patch_details
 from lab.engine.plan import group_settled, node_status
 from lab.engine.rolling import cluster_box
 from lab.engine.sight import stale_note
@@ -71,6 +72,7 @@ def describe(st: Store, name: str) -> dict:
     for n in nodes:
         by_group.setdefault(n.grp, []).append(n)
     groups = []
+    versions = Versions(st, c, groups_rows, nodes)
     for g in groups_rows:
         sg = spec_groups.get(g.name, {})
         members = by_group.get(g.name, [])
@@ -87,6 +89,10 @@ def describe(st: Store, name: str) -> dict:
         }
         if sg.get("MinInstanceCount") is not None:
             d["MinCount"] = sg["MinInstanceCount"]
+        d.update(versions.group(g.name))
+        d.pop("AutoPatchConfig", None)
+        if (patch := auto_patch_details(st, c, g.name)) is not None:
+            d["AutoPatchConfig"] = patch
         if not sg:  # a group being deleted (gone from the spec)
             d["SlurmConfig"] = {"NodeType": g.node_type}
         groups.append(d)
@@ -140,9 +146,11 @@ def list_nodes(st: Store, name: str) -> list[dict]:
     if c is None:
         get(st, name)
     types = {g.name: g.instance_type for g in groups}
+    versions = Versions(st, c, groups, nodes)
     out = []
     for n in nodes:
         out.append({
+            **versions.node(n),
             "InstanceGroupName": n.grp,
             "InstanceId": n.instance_id,
             "NodeLogicalId": n.name,
@@ -153,6 +161,12 @@ def list_nodes(st: Store, name: str) -> list[dict]:
             "PrivateDnsHostname": n.name,
         })
     return out
+
+
+def image_version_status(st: Store, name: str) -> str | None:
+    """ClusterSummary.ImageVersionStatus: the most urgent of the cluster's groups' (None: not known)."""
+    c, groups, nodes = st.snapshot(name)
+    return Versions(st, c, groups, nodes).cluster() if c is not None else None
 
 
 def gpus(st: Store, name: str) -> dict[str, int]:
@@ -204,6 +218,7 @@ def describe_node(st: Store, name: str, node_id: str) -> dict:
         "LaunchTime": iso(n.launched_at),
         "PrivatePrimaryIp": n.address,
         "PrivateDnsHostname": n.name,
+        **Versions(st, c, groups, nodes).node(n),
     }
     for k in ("LifeCycleConfig", "ThreadsPerCore", "InstanceStorageConfigs", "OverrideVpcConfig"):
         if k in sg:

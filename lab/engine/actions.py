@@ -23,7 +23,8 @@ from lab.engine.plan import (
     Action,
     node_recovery,
 )
-from lab.engine.rolling import Rollout
+from lab.box.releases import of_box as release_of_box
+from lab.engine.rolling import Rollout, cluster_box
 from lab.engine.states import Kind, Phase, Status
 from lab.engine.tasks import Tasks
 from lab.providers.base import LaunchError, Observed, threads_running
@@ -88,7 +89,17 @@ class Steps:
                                  node=a.node, operation_id=op)
         how = (f" (forked from template {details['template']} in {details['seconds']} s)"
                if details.get("template") else "")
-        self._booted(cluster, a, "VM answers ssh", "VM up" + how, op)
+        self._booted(cluster, a, "VM answers ssh", "VM up" + how, op, release=self._release(c, n))
+
+    def _release(self, c: ClusterRow, n: NodeRow) -> str | None:
+        """The image release the node's VM was just made from (its box's, lab/box/releases.py)."""
+        try:
+            rels = self.io.provider_for(c).releases()
+        except Exception as e:  # noqa: BLE001 - not knowing the release must not fail a launch
+            log.warning("%s: its image release is not known: %s", n.name, e)
+            return None
+        r = release_of_box(rels, n.image or cluster_box(c))
+        return r.version if r else None
 
     def _booted(self, cluster: str, a: Action, message: str, event: str, op: str | None, **vals) -> None:
         """The node's VM answers (launched or rebooted): it is configured again from scratch."""

@@ -233,6 +233,13 @@ class Provider(ABC):
         """Whether the VM has a state disk that outlives it (a new VM of that name finds the data)."""
         return False
 
+    def releases(self) -> list:
+        """The image releases (lab.box.releases.Release) this provider's nodes are made from, available or
+        not (issue 32). Default: the slurmlab boxes of this machine's Vagrant (lab/box/releases.py)."""
+        from lab.box.releases import catalog
+
+        return catalog()
+
     # ---------------------------------------------------------------- what the engine awaits
     async def prepare_async(self, cluster: str, machines: list[MachineSpec], preferred_index: int = 0,
                             box: str | None = None) -> Any:

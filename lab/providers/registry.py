@@ -61,3 +61,16 @@ def make(name: str) -> Provider:
     from lab.providers.vagrant import VagrantProvider
 
     return VagrantProvider()
+
+
+def releases(name: str) -> list:
+    """The image releases of provider `name` without making the provider (DescribeCluster's image
+    versions, UpdateClusterSoftware's ImageReleaseVersion): what its `releases()` answers."""
+    if info(name).simulated:
+        from lab import paths
+        from lab.providers.sim_releases import SimReleases
+
+        return SimReleases(paths.home() / "sim-releases.json").all()
+    from lab.box.releases import catalog
+
+    return catalog()

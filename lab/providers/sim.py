@@ -32,6 +32,7 @@ from pathlib import Path
 
 from lab.providers.base import Checkpoints, LaunchError, MachineSpec, Observed, Provider, mac_for
 from lab.providers.sim_checkpoints import SimCheckpoints
+from lab.providers.sim_releases import SimReleases
 from lab.workspace import ClusterDir
 
 ID_PREFIX = "i-"  # as HyperPod's: a strict client checks ids against the model's pattern
@@ -118,6 +119,7 @@ class SimProvider(SimCheckpoints, Provider, Checkpoints):
         self._lock = threading.Lock()
         self._hint: dict[str, int] = {}
         self._db = None
+        self.image_releases = SimReleases(Path(path).with_name("sim-releases.json") if path is not None else None)
         if path is not None:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30)
@@ -127,6 +129,9 @@ class SimProvider(SimCheckpoints, Provider, Checkpoints):
             for r in self._db.execute("SELECT cluster, name, state, ready_at, address, cpus, memory_mib, boots FROM vms"):
                 vm = SimVM(*r)
                 self.vms.setdefault(vm.cluster, {})[vm.name] = vm
+
+    def releases(self) -> list:
+        return self.image_releases.all()
 
     # ------------------------------------------------------------------ persistence
     def _save(self, vm: SimVM) -> None:

@@ -51,7 +51,8 @@ LAB_USED: dict[str, frozenset[str]] = {
     ),
     "ClusterInstanceGroupSpecification": frozenset(
         {"InstanceGroupName", "InstanceType", "InstanceRequirements", "InstanceCount", "MinInstanceCount",
-         "SlurmConfig", "LifeCycleConfig", "ThreadsPerCore"}
+         "SlurmConfig", "LifeCycleConfig", "ThreadsPerCore", "ScheduledUpdateConfig", "AutoPatchConfig",
+         "ImageReleaseVersion"}
     ),
     "ClusterOrchestrator": frozenset({"Slurm", "Eks"}),
     "ClusterOrchestratorSlurmConfig": frozenset({"SlurmConfigStrategy"}),

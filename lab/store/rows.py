@@ -72,6 +72,8 @@ class NodeRow:
     slurm: str | None = None
     slurm_since: float | None = None
     repairs: int = 0
+    # the image release (lab/box/releases.py) its VM was made from, set at each launch; None: not known
+    release: str | None = None
 
 
 @dataclass

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -93,6 +93,8 @@ ADDED_COLUMNS = [
     # schema 9: the tables `extensions` and `extension_samples` (new tables), and this column of a table
     # written by an early schema 9
     ("extensions", "failed", "TEXT NOT NULL DEFAULT '{}'"),
+    # schema 10: the image release a node's VM was made from (issue 32, lab/box/releases.py)
+    ("nodes", "release", "TEXT"),
 ]
 
 

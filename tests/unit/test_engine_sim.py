@@ -180,8 +180,9 @@ def test_a_schema_1_state_file_is_upgraded_in_place(tmp_path):
     assert c.status == "InService" and c.unobserved_since is None and c.unobserved_reason is None
     st.update_cluster("c", unobserved_since=5.0, unobserved_reason="gone")
     assert st.cluster("c").unobserved_since == 5.0
-    assert st.meta("schema_version") == SCHEMA_VERSION == 9
+    assert st.meta("schema_version") == SCHEMA_VERSION == 10
     assert st.nodes("c")[0].slurm is None and st.nodes("c")[0].repairs == 0  # schema 8
+    assert st.nodes("c")[0].release is None  # schema 10: not known for a node made before releases
     # schema 6: an operation's details (a deep health check's configurations) read back decoded
     assert "details" in {r[1] for r in st._db.execute("PRAGMA table_info(operations)")}
     # schema 7: the cluster's host, none for a cluster made before hosts
@@ -210,7 +211,7 @@ def test_a_schema_2_state_file_gets_configured_at(tmp_path):
     db.commit()
     db.close()
     st = Store(tmp_path / "state.db")
-    assert st.meta("schema_version") == SCHEMA_VERSION == 9
+    assert st.meta("schema_version") == SCHEMA_VERSION == 10
     # schema 6: an operation's details (a deep health check's configurations) read back decoded
     assert "details" in {r[1] for r in st._db.execute("PRAGMA table_info(operations)")}
     n = st.node("c", "c-compute-1")

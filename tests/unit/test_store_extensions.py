@@ -58,7 +58,7 @@ def test_a_schema_8_file_gets_the_extension_tables(tmp_path):
     db.commit()
     db.close()
     st = Store(tmp_path / "state.db")
-    assert st.meta("schema_version") == SCHEMA_VERSION == 9
+    assert st.meta("schema_version") == SCHEMA_VERSION == 10
     assert st.add_extension(_row()) and st.extension("c", "sagemaker-observability").status == "Creating"
     st.add_extension_sample("c", {"time": 1.0})
     assert len(st.extension_samples("c")) == 1

@@ -15,6 +15,7 @@ from lab import settings
 from ..problems import Loc, Problem
 from .labkey import check_lab
 from .lifecycle import check_lifecycle
+from .maintenance import check_maintenance
 from .provisioning import apply_parameters
 from .names import HOSTNAME_MAX, cluster_name_hook, group_name, group_name_hook, node_type_of
 
@@ -134,6 +135,7 @@ def check_cluster(
         sc = g.get("SlurmConfig")
         if node_type in ("Controller", "Login") and isinstance(sc, dict) and sc.get("PartitionNames"):
             problems.append(Problem(loc + ("SlurmConfig", "PartitionNames"), f"only Compute groups belong to partitions, this is a {node_type} group", "remove PartitionNames"))
+        problems += check_maintenance(g, loc, node_type)  # ScheduledUpdateConfig, AutoPatchConfig
         # lifecycle scripts
         if "LifeCycleConfig" in g and check_files:
             lp, uri = check_lifecycle(g["LifeCycleConfig"], loc + ("LifeCycleConfig",), base_dir)

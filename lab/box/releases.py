@@ -1,0 +1,198 @@
+"""Image releases (issue 32, docs/adr/0019): every slurmlab box added to Vagrant is a release of its
+line, with a version in HyperPod's `ImageReleaseVersion` form (MAJOR.MINOR.PATCH).
+
+- A line is a Debian suite with its Slurm series: `trixie-slurm` (Slurm 24.11), `forky-slurm` (26.05).
+- A release is one box (Vagrant name + inputs hash). Its version is given once, when the lab first
+  sees it (`slurmlab box build`, `slurmlab box tag`, or any listing), as YEAR.MONTH.N of that day, N
+  counting the line's releases of that month: 2026.12.1, 2026.12.2, ... Versions never change and are
+  never reused; the registry is `cache()/boxes/releases.json`.
+- A release stays known when its box leaves Vagrant (`available` False): the nodes made from it still
+  report it, and nothing new can be made from it.
+- `status()` is HyperPod's ImageVersionStatus of a node on a release: UpToDate, UpdateAvailable (a
+  newer release of its line is available), SecurityUpdateRequired (one of those is marked security:
+  `slurmlab box tag --security`), EndOfLife (its release is gone and its line has nothing newer).
+- `slurm_step()`: Slurm upgrades in place from the two previous major releases (three since 24.11:
+  24.11 -> 26.05 is allowed) and never downgrades; a change beyond that is refused with the reason.
+
+Reads Vagrant's box folder and one small JSON file: no subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from filelock import FileLock
+
+from lab.osutil import atomic_write
+from lab.paths import cache
+
+from . import vagrant as vg
+
+VERSION_RE = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+")
+STATUSES = ("UpToDate", "UpdateAvailable", "SecurityUpdateRequired", "EndOfLife")
+
+
+@dataclass(frozen=True)
+class Release:
+    version: str
+    line: str  # e.g. trixie-slurm
+    box: str  # the Vagrant box name
+    inputs_hash: str
+    slurm_version: str | None = None
+    built_at: str | None = None
+    registered_at: str | None = None
+    security: bool = False
+    available: bool = True  # its box is added to Vagrant now
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def version_key(v: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in v.split("."))
+
+
+def line_of(marker: dict) -> str:
+    return f"{marker.get('debian_suite') or 'trixie'}-slurm"
+
+
+def registry_path() -> Path:
+    return cache() / "boxes" / "releases.json"
+
+
+def _load() -> dict:
+    try:
+        doc = json.loads(registry_path().read_text())
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _added() -> list[tuple[str, dict]]:
+    """(box name, slurmlab.json) of every complete slurmlab box in Vagrant's folder (version 0)."""
+    base = vg.vagrant_home() / "boxes"
+    out = []
+    if not base.is_dir():
+        return out
+    for d in sorted(base.iterdir()):
+        name = d.name.replace("-VAGRANTSLASH-", "/")
+        box = vg.box_dir(name, "0")
+        if box is not None and vg.is_complete(box) and (marker := vg.read_marker(box)):
+            out.append((name, marker))
+    return out
+
+
+def next_version(taken: list[str], now: float) -> str:
+    """The version of a line's next release: YEAR.MONTH.N of `now` (UTC), newer than every one `taken`."""
+    t = time.gmtime(now)
+    keys = [version_key(v) for v in taken]
+    n = 1 + max((k[2] for k in keys if k[:2] == (t.tm_year, t.tm_mon)), default=0)
+    while any(version_key(f"{t.tm_year}.{t.tm_mon}.{n}") <= k for k in keys):  # a clock set back
+        n += 1
+    return f"{t.tm_year}.{t.tm_mon}.{n}"
+
+
+def _entry(doc: dict, box: str, marker: dict, security: bool, now: float) -> dict:
+    key = f"{box}|{marker.get('inputs_hash', '')}"
+    e = doc.get(key)
+    if e is None:
+        line = line_of(marker)
+        taken = [x["version"] for x in doc.values() if x.get("line") == line]
+        e = doc[key] = {"version": next_version(taken, now), "line": line, "box": box,
+                        "inputs_hash": marker.get("inputs_hash", ""), "slurm_version": marker.get("slurm_version"),
+                        "built_at": marker.get("built_at"), "security": security,
+                        "registered_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))}
+    elif security and not e.get("security"):
+        e["security"] = True
+    return e
+
+
+def register(box: str, marker: dict, *, security: bool = False, now: float | None = None) -> Release:
+    """The release of box `box` as its slurmlab.json describes it (a new version if the lab has not seen it)."""
+    registry_path().parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(registry_path()) + ".lock"):
+        doc = _load()
+        e = _entry(doc, box, marker, security, time.time() if now is None else now)
+        atomic_write(registry_path(), json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    return Release(**e)
+
+
+def catalog() -> list[Release]:
+    """Every release the lab knows, oldest first within a line; boxes in Vagrant not yet registered are."""
+    added = _added()
+    doc = _load()
+    if any(f"{n}|{m.get('inputs_hash', '')}" not in doc for n, m in added):
+        registry_path().parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(registry_path()) + ".lock"):
+            doc = _load()
+            for n, m in sorted(added, key=lambda x: x[1].get("built_at") or ""):
+                _entry(doc, n, m, False, time.time())
+            atomic_write(registry_path(), json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    here = {f"{n}|{m.get('inputs_hash', '')}" for n, m in added}
+    out = [Release(**{**e, "available": k in here}) for k, e in doc.items()]
+    return sorted(out, key=lambda r: (r.line, version_key(r.version)))
+
+
+# ---------------------------------------------------------------- pure questions about a catalog
+def of_box(releases: list[Release], box: str) -> Release | None:
+    """The release a box name makes nodes from now (its available release)."""
+    return next((r for r in releases if r.box == box and r.available), None)
+
+
+def find(releases: list[Release], version: str | None, line: str | None = None) -> Release | None:
+    return next((r for r in releases if r.version == version and (line is None or r.line == line)), None)
+
+
+def newest(releases: list[Release], line: str) -> Release | None:
+    mine = [r for r in releases if r.line == line and r.available]
+    return max(mine, key=lambda r: version_key(r.version)) if mine else None
+
+
+def status(releases: list[Release], current: Release | None) -> str | None:
+    """HyperPod's ImageVersionStatus of a node on `current` (None: its release is not known)."""
+    if current is None:
+        return None
+    newer = [r for r in releases if r.line == current.line and r.available
+             and version_key(r.version) > version_key(current.version)]
+    if any(r.security for r in newer):
+        return "SecurityUpdateRequired"
+    if newer:
+        return "UpdateAvailable"
+    here = find(releases, current.version, current.line)
+    return "UpToDate" if here is not None and here.available else "EndOfLife"
+
+
+def worst(statuses) -> str | None:
+    """A group's or cluster's status: the most urgent of its nodes' (HyperPod aggregates them)."""
+    got = [s for s in statuses if s]
+    order = {"UpToDate": 0, "UpdateAvailable": 1, "SecurityUpdateRequired": 2, "EndOfLife": 3}
+    return max(got, key=order.__getitem__) if got else None
+
+
+def _series(slurm_version: str | None) -> int | None:
+    """Slurm's releases in order: YY.05 and YY.11 (two a year since 24.05) -> one number each."""
+    m = re.match(r"(\d+)\.(\d+)", slurm_version or "")
+    if not m:
+        return None
+    yy, mm = int(m.group(1)), int(m.group(2))
+    return yy * 2 + (1 if mm >= 11 else 0)
+
+
+def slurm_step(from_version: str | None, to_version: str | None) -> str | None:
+    """Why Slurm cannot go from `from_version` to `to_version` in place (None: it can). Slurm upgrades
+    from the two previous major releases, and since 24.11 from the three previous ones (24.11 -> 26.05
+    is allowed, 24.05 -> 25.11 is not); never downward (https://slurm.schedmd.com/upgrades.html)."""
+    a, b = _series(from_version), _series(to_version)
+    if a is None or b is None or a == b:
+        return None
+    if b < a:
+        return f"Slurm {to_version} is older than {from_version}: Slurm does not downgrade in place"
+    window = 3 if b >= _series("24.11") else 2
+    if b - a > window:
+        return (f"Slurm {from_version} -> {to_version} skips more Slurm releases than Slurm upgrades across in "
+                f"place (the {window} previous major releases)")
+    return None
