@@ -88,7 +88,9 @@ def host_status(output: Output = OutputOpt) -> None:
 # ---------------------------------------------------------------- box
 @box_app.command("build")
 def box_build(
-    name: Optional[str] = typer.Option(None, help="box name (default slurmlab/trixie-slurm)"),
+    name: Optional[str] = typer.Option(None, help="box name (default slurmlab/<suite>-slurm)"),
+    suite: str = typer.Option("trixie", help="the box line: trixie (Debian 13, Slurm 24.11) or forky (Debian 14 "
+                                             "testing, Slurm 26.05)"),
     force: bool = typer.Option(False, help="rebuild even when the cached box is current"),
     templates: bool = typer.Option(True, help="also boot and save the warm-start templates of the default shapes "
                                               "(docs/adr/0011; one boot each, ~50 s under emulation)"),
@@ -96,11 +98,11 @@ def box_build(
                                                  help="also the templates of this cluster spec's instance types"),
     output: Output = OutputOpt,
 ) -> None:
-    """Build the Debian 13 + Slurm 24.11 box from Debian's mirror and add it to Vagrant (cached by inputs),
-    then its warm-start templates."""
+    """Build a box from Debian's mirror (Debian 13 + Slurm 24.11 by default) and add it to Vagrant (cached by
+    inputs) as the next release of its line, then its warm-start templates."""
     from lab import box
 
-    info = box.build(name or box.DEFAULT_BOX, force=force, progress=box_progress)
+    info = box.build(name, suite=suite, force=force, progress=box_progress)
     made = _templates_for(info.name, box_progress, for_spec or []) if templates else []
     if output == Output.json:
         print_json({**vars(info), "templates": made})
