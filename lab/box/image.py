@@ -105,6 +105,7 @@ def _bootstrap(b: _Build, script: Path, wheels: Path) -> None:
             f"--architectures={recipe.arch}",
             f"--include={','.join(recipe.packages)}",
             *(f"--dpkgopt={o}" for o in recipe.dpkg_options),
+            *(f"--aptopt={o}" for o in recipe.apt_options),
             f'--customize-hook=sh {script} "$1" {wheels}',
             recipe.suite,
             str(b.rootfs),

@@ -114,6 +114,9 @@ class Recipe:
     qcow2_options: tuple[str, ...] = ("-c", "-o", "compression_type=zstd")
     slurm_series: str = "24.11"
     revision: int = RECIPE_REVISION
+    # apt options for the build only (not kept in the image). forky is Debian's testing suite: a mirror
+    # snapshot's Release file expires within days (Valid-Until), and apt refuses an expired one.
+    apt_options: tuple[str, ...] = ()
 
 
 # Box lines (issue 32): a Debian suite and the Slurm series its mirror carries. Each line is its own
@@ -144,7 +147,8 @@ def default_recipe(suite: str = DEFAULT_SUITE) -> Recipe:
         raise UsageError(f"--suite {suite}: slurmlab builds boxes of {', '.join(LINES)}",
                          f"give one of them (--suite {DEFAULT_SUITE} is the default)")
     mirror = settings.DEBIAN_MIRROR.get()
-    return Recipe(mirror=mirror.rstrip("/"), suite=suite, slurm_series=LINES[suite])
+    apt = ("Acquire::Check-Valid-Until false",) if suite != DEFAULT_SUITE else ()
+    return Recipe(mirror=mirror.rstrip("/"), suite=suite, slurm_series=LINES[suite], apt_options=apt)
 
 
 def inputs_hash(recipe: Recipe | None = None, script_text: str | None = None) -> str:
@@ -155,6 +159,8 @@ def inputs_hash(recipe: Recipe | None = None, script_text: str | None = None) ->
         script_text = CUSTOMIZE_SCRIPT.read_text()
     doc = asdict(recipe)
     doc["packages"] = sorted(set(recipe.packages))  # order and duplicates do not change the image
+    if not recipe.apt_options:
+        del doc["apt_options"]  # the field came after boxes were built: no options, the hash they had
     doc["templates"] = {
         "extlinux.conf": render_extlinux_conf("@KERNEL@", "@INITRD@", "@UUID@", recipe.kernel_args),
         "fstab": render_fstab("@UUID@"),
