@@ -280,9 +280,11 @@ def move_cluster_nodes(lab: Lab, body: dict) -> dict:
 def update_cluster_software(lab: Lab, body: dict) -> dict:
     """A rolling replacement with the box ImageId names (lab/control/software.py, lab/engine/rolling.py)."""
     name = cluster_name(lab, body["ClusterName"])
-    groups = [g["InstanceGroupName"] for g in body.get("InstanceGroups") or []]
+    asked = body.get("InstanceGroups") or []
+    groups = [g["InstanceGroupName"] for g in asked]
+    versions = {g["InstanceGroupName"]: g["ImageReleaseVersion"] for g in asked if g.get("ImageReleaseVersion")}
     software.update_software(lab.store, name, groups or None, body.get("DeploymentConfig"), body.get("ImageId"),
-                             resolve=lab.resolve_image)
+                             versions=versions, resolve=lab.resolve_image)
     lab.engine()
     return {"ClusterArn": clusters.get(lab.store, name).arn}
 

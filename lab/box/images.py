@@ -3,8 +3,8 @@
 Each slurmlab box gets an ImageId `ami-` + 17 hex digits (a hash of its name and its inputs hash:
 the model's pattern `ami-[0-9a-fA-F]{8,17}`), shown by `slurmlab box list`. `default` (or no
 ImageId) is the default box built from the current inputs. `tag(NAME)` adds the current box once
-more under another name: a second image with the same content (a "named box version"), which is
-what a rolling update needs when there is no newer build.
+more under another name: a second image with the same content and a new release of its line
+(lab/box/releases.py), which is what a rolling update or an auto-patch needs when there is no newer build.
 """
 
 from __future__ import annotations
@@ -44,9 +44,11 @@ def resolve(image: str | None, lookup: Callable[[], dict[str, str]] = installed)
     return found[image]
 
 
-def tag(name: str, progress: Callable[[str], None] = lambda s: None) -> str:
-    """Add the current default box to Vagrant under `name` too (built first if needed); its ImageId."""
-    from lab.box import cache, install
+def tag(name: str, progress: Callable[[str], None] = lambda s: None, *, security: bool = False):
+    """Add the current default box to Vagrant under `name` too (built first if needed): a new release of its
+    line (lab/box/releases.py). Returns (its ImageId, its Release)."""
+    from lab.box import cache, install, releases
+    from lab.box import vagrant as vg
 
     if name == boxes.DEFAULT_BOX:
         raise UsageError(f"box {name} is the default box itself", "give another name, e.g. slurmlab/trixie-slurm-next")
@@ -55,4 +57,5 @@ def tag(name: str, progress: Callable[[str], None] = lambda s: None) -> str:
     if not path.is_file():
         raise NotFound(f"the .box file of {info.inputs_hash} is not in the cache ({path})", "slurmlab box build --force")
     install.vagrant_add(name, path, info.inputs_hash, lambda step, what="": progress(f"{step}: {what}"))
-    return image_id(name, info.inputs_hash)
+    marker = vg.read_marker(vg.box_dir(name, "0")) or {"inputs_hash": info.inputs_hash}
+    return image_id(name, info.inputs_hash), releases.register(name, marker, security=security)

@@ -147,8 +147,12 @@ def default_recipe(suite: str = DEFAULT_SUITE) -> Recipe:
         raise UsageError(f"--suite {suite}: slurmlab builds boxes of {', '.join(LINES)}",
                          f"give one of them (--suite {DEFAULT_SUITE} is the default)")
     mirror = settings.DEBIAN_MIRROR.get()
-    apt = ("Acquire::Check-Valid-Until false",) if suite != DEFAULT_SUITE else ()
-    return Recipe(mirror=mirror.rstrip("/"), suite=suite, slurm_series=LINES[suite], apt_options=apt)
+    if suite == DEFAULT_SUITE:
+        return Recipe(mirror=mirror.rstrip("/"))
+    # forky carries JupyterLab 4.4 itself (a dependency of its jupyterhub stack): only batchspawner from PyPI
+    return Recipe(mirror=mirror.rstrip("/"), suite=suite, slurm_series=LINES[suite],
+                  apt_options=("Acquire::Check-Valid-Until false",),
+                  wheels=tuple(w for w in WHEELS if w.startswith("batchspawner")))
 
 
 def inputs_hash(recipe: Recipe | None = None, script_text: str | None = None) -> str:

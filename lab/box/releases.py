@@ -196,3 +196,24 @@ def slurm_step(from_version: str | None, to_version: str | None) -> str | None:
         return (f"Slurm {from_version} -> {to_version} skips more Slurm releases than Slurm upgrades across in "
                 f"place (the {window} previous major releases)")
     return None
+
+
+def beside_controller(node_slurm: str | None, controller_slurm: str | None) -> str | None:
+    """Why a node on Slurm `node_slurm` cannot serve a controller on `controller_slurm` (None: it can).
+    slurmctld talks to slurmd of its own release and of the previous ones within Slurm's upgrade
+    window, never to a newer slurmd."""
+    a, b = _series(node_slurm), _series(controller_slurm)
+    if a is None or b is None or a == b:
+        return None
+    if a > b:
+        return (f"slurmd {node_slurm} would be newer than the controller's slurmctld {controller_slurm}: Slurm "
+                "needs the controller at the newest release (update the controller first)")
+    return slurm_step(node_slurm, controller_slurm)
+
+
+def pinned_box(spec: dict, group: str, releases: list) -> str | None:
+    """The box of the group's pinned release (None: no pin, or the release is gone)."""
+    v = next((g.get("ImageReleaseVersion") for g in spec.get("InstanceGroups", [])
+              if g.get("InstanceGroupName") == group), None)
+    r = find(releases, v) if v else None
+    return r.box if r is not None and r.available else None

@@ -333,6 +333,7 @@ def update_cluster_software(
     name: str,
     groups: list[str] = typer.Option([], "--group", help="an instance group to update (repeat); default: all (the controller last, if it has a state disk)"),
     image_id: Optional[str] = typer.Option(None, "--image-id", help="the box's ImageId (slurmlab box list); default: the default box"),
+    release: Optional[str] = typer.Option(None, "--release", help="an ImageReleaseVersion instead (slurmlab box list)"),
     batch: int = typer.Option(1, "--batch", min=1, help="nodes replaced at once (MaximumBatchSize INSTANCE_COUNT)"),
     wait: int = typer.Option(0, "--wait", min=0, max=3600, help="seconds between batches (WaitIntervalInSeconds)"),
     output: Output = OutputOpt,
@@ -344,7 +345,8 @@ def update_cluster_software(
 
     deployment = {"RollingUpdatePolicy": {"MaximumBatchSize": {"Type": "INSTANCE_COUNT", "Value": batch}},
                   "WaitIntervalInSeconds": wait}
-    op = software.update_software(store(), name, groups or None, deployment, image_id, start_engine=True)
+    op = software.update_software(store(), name, groups or None, deployment, image_id, release=release,
+                                  start_engine=True)
     if output == Output.json:
         print_json({"OperationId": op})
         return

@@ -176,33 +176,42 @@ def box_templates(rebuild: bool = typer.Option(False, help="remove every templat
 
 @box_app.command("list")
 def box_list(output: Output = OutputOpt) -> None:
-    """List Vagrant's libvirt boxes and whether slurmlab built them from the current inputs."""
+    """List Vagrant's libvirt boxes: which slurmlab built (and from the current inputs), and each one's
+    image release (ImageReleaseVersion; docs/box.md)."""
     from lab import box
-
+    from lab.box import releases
     from lab.box.images import image_id
 
     boxes = box.list_boxes()
+    known = releases.catalog()
     ids = {b.name: image_id(b.name, b.inputs_hash) if b.slurmlab else None for b in boxes}
+    rel = {b.name: releases.of_box(known, b.name) for b in boxes}
     if output == Output.json:
-        print_json([{**vars(b), "image_id": ids[b.name]} for b in boxes])
-    else:
-        if not boxes:
-            out.print("no boxes; run `slurmlab box build`")
-        for b in boxes:
-            out.print(f"{b.name}  image={ids[b.name] or '-'}  added={b.added}  "
-                      f"inputs={b.inputs_hash[:12] if b.inputs_hash else '-'}  built={b.built_at or '-'}")
+        print_json([{**vars(b), "image_id": ids[b.name], "release": rel[b.name].to_json() if rel[b.name] else None}
+                    for b in boxes])
+        return
+    if not boxes:
+        out.print("no boxes; run `slurmlab box build`")
+    for b in boxes:
+        r = rel[b.name]
+        what = (f"release={r.version}  line={r.line}  slurm={r.slurm_version}" + ("  security" if r.security else "")
+                if r else "release=-")
+        out.print(f"{b.name}  {what}  image={ids[b.name] or '-'}  "
+                  f"inputs={b.inputs_hash[:12] if b.inputs_hash else '-'}  built={b.built_at or '-'}", markup=False)
 
 
 @box_app.command("tag")
 def box_tag(name: str = typer.Argument(..., help="the new box name, e.g. slurmlab/trixie-slurm-next"),
+            security: bool = typer.Option(False, help="mark the new release a security update: nodes on older "
+                                                      "releases of its line report SecurityUpdateRequired"),
             output: Output = OutputOpt) -> None:
-    """Add the current box under another name too: a second image (UpdateClusterSoftware's ImageId)."""
+    """Add the current box under another name too: a new image release of its line (ImageReleaseVersion) and a
+    second ImageId for UpdateClusterSoftware."""
     from lab.box.images import tag
 
-    iid = tag(name, progress=box_progress)
+    iid, r = tag(name, progress=box_progress, security=security)
     if output == Output.json:
-        print_json({"name": name, "image_id": iid})
+        print_json({"name": name, "image_id": iid, "release": r.to_json()})
     else:
-        out.print(f"box {name} added: ImageId {iid}")
-
-
+        out.print(f"box {name} added: release {r.version} of {r.line}{' (security)' if r.security else ''}, "
+                  f"ImageId {iid}", markup=False)

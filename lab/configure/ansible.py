@@ -86,6 +86,16 @@ class AnsibleConfigurer(Configurer):
 
         return slurmstate.take_down(ctx, node, why)
 
+    def cordon(self, ctx: ClusterContext, nodes: list[str], why: str) -> dict[str, str]:
+        from lab.configure import slurmstate
+
+        return slurmstate.cordon(ctx, nodes, why)
+
+    def uncordon(self, ctx: ClusterContext, nodes: list[str]) -> dict[str, str]:
+        from lab.configure import slurmstate
+
+        return slurmstate.uncordon(ctx, nodes)
+
     def hub_state(self, ctx: ClusterContext, logins: list[str]) -> dict[str, str]:
         """Each login node's hub asked from the controller over the Slurm poll's kept connection."""
         from lab.configure import hubstate

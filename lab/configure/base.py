@@ -101,6 +101,15 @@ class Configurer(ABC):
         """Before a reboot or replace: the node DOWN in Slurm (its jobs end now); what went wrong."""
         return ""
 
+    def cordon(self, ctx: ClusterContext | None, nodes: list[str], why: str) -> dict[str, str]:
+        """Auto-patching (lab/engine/patching.py): the nodes DRAIN in Slurm with the reason `slurmlab: <why>`
+        (their jobs run on, no new job starts there); node -> what went wrong."""
+        return {n: "this configurer cannot drain nodes" for n in nodes}
+
+    def uncordon(self, ctx: ClusterContext | None, nodes: list[str]) -> dict[str, str]:
+        """Resume the nodes the lab drained (a reason of its own, `slurmlab: `; a user's drain stays)."""
+        return {}
+
     # Cluster extensions (CreateClusterExtension, docs/adr/0017-cluster-extensions.md). Not abstract: a
     # configurer without extensions (a test's fake) says so in every failure and probes nothing.
     def extension_apply(self, ctx: ClusterContext | None, ext: Extension, targets: list[str]) -> dict[str, str]:
@@ -142,6 +151,12 @@ class Configurer(ABC):
 
     async def take_down_async(self, ctx: ClusterContext | None, node: str, why: str) -> str:
         return await in_thread(_cluster(ctx), self.take_down, ctx, node, why)
+
+    async def cordon_async(self, ctx: ClusterContext | None, nodes: list[str], why: str) -> dict[str, str]:
+        return await in_thread(_cluster(ctx), self.cordon, ctx, nodes, why)
+
+    async def uncordon_async(self, ctx: ClusterContext | None, nodes: list[str]) -> dict[str, str]:
+        return await in_thread(_cluster(ctx), self.uncordon, ctx, nodes)
 
     async def set_clocks_async(self, ctx: ClusterContext | None) -> dict[str, str]:
         return await in_thread(_cluster(ctx), self.set_clocks, ctx)

@@ -49,6 +49,9 @@ class SimConfigurer(Configurer):
         self.broken: dict[str, tuple[str, str]] = {}
         self.sticky: set[str] = set()
         self.slurmctld_down: str | None = None  # what slurm_nodes raises, when set
+        # Jobs (auto-patching, lab/engine/patching.py): node -> jobs running there; node -> the lab's drain reason
+        self.jobs: dict[str, int] = {}
+        self.cordoned: dict[str, str] = {}
         # Cluster extensions: extension name -> the nodes it is on; node -> why an apply fails there
         self.extension_nodes: dict[str, set[str]] = {}
         self.extension_failures: dict[str, str] = {}
@@ -69,7 +72,41 @@ class SimConfigurer(Configurer):
         self.calls.append(("slurm_nodes",))
         if self.slurmctld_down:
             raise SlurmUnreachable(self.slurmctld_down)
-        return {n: SlurmNode(n, *self.broken.get(n, ("idle", ""))) for n in sorted(self.in_slurm)}, self.clock()
+        return {n: SlurmNode(n, *self._state(n)) for n in sorted(self.in_slurm)}, self.clock()
+
+    def _state(self, node: str) -> tuple[str, str]:
+        if node in self.broken:
+            return self.broken[node]
+        busy = self.jobs.get(node, 0) > 0
+        if node in self.cordoned:
+            return ("draining" if busy else "drained"), self.cordoned[node]
+        return ("allocated" if busy else "idle"), ""
+
+    def run_job(self, node: str) -> None:
+        """A test's job on the node (it keeps the node busy until end_job)."""
+        self.jobs[node] = self.jobs.get(node, 0) + 1
+
+    def end_job(self, node: str) -> None:
+        self.jobs[node] = max(0, self.jobs.get(node, 0) - 1)
+
+    def cordon(self, ctx, nodes: list[str], why: str) -> dict[str, str]:
+        self.calls.append(("cordon", tuple(nodes)))
+        for n in nodes:
+            if n in self.in_slurm:
+                self.cordoned[n] = f"slurmlab: {why}"
+        return {}
+
+    async def cordon_async(self, ctx, nodes: list[str], why: str) -> dict[str, str]:
+        return self.cordon(ctx, nodes, why)
+
+    def uncordon(self, ctx, nodes: list[str]) -> dict[str, str]:
+        self.calls.append(("uncordon", tuple(nodes)))
+        for n in nodes:
+            self.cordoned.pop(n, None)
+        return {}
+
+    async def uncordon_async(self, ctx, nodes: list[str]) -> dict[str, str]:
+        return self.uncordon(ctx, nodes)
 
     async def slurm_nodes_async(self, ctx, faults: dict):
         return self.slurm_nodes(ctx, faults)
@@ -88,6 +125,7 @@ class SimConfigurer(Configurer):
         self.calls.append(("take_down", node))
         if node in self.in_slurm and node not in self.sticky:  # a sticky fault shows through
             self.broken[node] = ("down", f"slurmlab: {why}")
+            self.jobs.pop(node, None)  # its jobs end (NODE_FAIL; a batch job is requeued)
         return ""
 
     async def take_down_async(self, ctx, node: str, why: str) -> str:
@@ -96,6 +134,7 @@ class SimConfigurer(Configurer):
     def _joined(self, batch) -> None:
         for n in batch:  # a join resumes the node (roles/slurm_node slurmd.yml); a sticky fault stays
             self.in_slurm.add(n)
+            self.cordoned.pop(n, None)
             if n not in self.sticky:
                 self.broken.pop(n, None)
 

@@ -8,6 +8,8 @@ lab's namespace (lab/engine/recovery.py decides; this only asks and acts).
 - `take_down`: before the lab reboots or replaces a node Slurm knows, `scontrol update state=down`
   with a `slurmlab:` reason, so its jobs end at once (NODE_FAIL; a batch job is requeued) instead of
   after SlurmdTimeout. The join that brings the node back resumes it (roles/slurm_node slurmd.yml).
+- `cordon` / `uncordon`: auto-patching (lab/engine/patching.py) drains nodes with a `slurmlab:` reason
+  (jobs run on, none starts) and resumes the ones it drained and did not patch; a user's drain stays.
 """
 
 from __future__ import annotations
@@ -143,3 +145,41 @@ def take_down(ctx: ClusterContext, node: str, why: str) -> str:
     except subprocess.TimeoutExpired:
         return "scontrol update did not return within 60 s"
     return "" if p.returncode == 0 else ((p.stderr or p.stdout).strip()[-300:] or f"exit {p.returncode}")
+
+
+def _on_controller(ctx: ClusterContext, nodes: list[str], cmd: str, what: str) -> dict[str, str]:
+    ctl = controller(ctx)
+    if ctl is None:
+        return {n: "no controller" for n in nodes}
+    try:
+        p = run_on(ctx, ctl.address, cmd, 60, shared=True)
+    except subprocess.TimeoutExpired:
+        return {n: f"{what} did not return within 60 s" for n in nodes}
+    if p.returncode == 0:
+        return {}
+    said = (p.stderr or p.stdout).strip()[-300:] or f"exit {p.returncode}"
+    return {n: said for n in nodes}
+
+
+def cordon(ctx: ClusterContext, nodes: list[str], why: str) -> dict[str, str]:
+    """DRAIN the nodes with a slurmlab: reason (running jobs go on, no new one starts); node -> what failed."""
+    if not nodes:
+        return {}
+    cmd = (f"sudo scontrol update nodename={shlex.quote(','.join(nodes))} state=drain "
+           f"reason={shlex.quote('slurmlab: ' + why)}")
+    return _on_controller(ctx, nodes, cmd, "scontrol update state=drain")
+
+
+def uncordon(ctx: ClusterContext, nodes: list[str]) -> dict[str, str]:
+    """Resume each node whose drain reason is the lab's (a user's drain, or a node already resumed, stays)."""
+    if not nodes:
+        return {}
+    steps = []
+    for n in nodes:
+        q = shlex.quote(n)
+        steps.append(f"r=$(sinfo --noheader --Node --nodes {q} --format='%E' | head -n 1); "
+                     f"case \"$r\" in {shlex.quote(LAB_REASON)}*) sudo scontrol update nodename={q} state=resume;; esac")
+    return _on_controller(ctx, nodes, " && ".join(f"{{ {s}; }}" for s in steps), "scontrol update state=resume")
+
+
+LAB_REASON = "slurmlab:"

@@ -9,6 +9,7 @@ list its kind belongs to (Successful / SuccessfulNodeLogicalIds, Failed / Failed
 
 from __future__ import annotations
 
+from lab.box.releases import pinned_box
 from lab.control.commands import check_open, record_targets
 from lab.control.operations import new_op
 from lab.control.views import get, resolve
@@ -16,6 +17,7 @@ from lab.engine import daemon
 from lab.engine.bookkeeping import instance_id
 from lab.engine.plan import VM_UP_PHASES, leaving, node_status
 from lab.errors import Conflict
+from lab.providers import registry
 from lab.store.db import NodeRow, Store
 class Batch:
     """Per-node outcomes of a batch request, answered in the lists of the model's response shape."""
@@ -59,6 +61,14 @@ def add_nodes(st: Store, name: str, groups: list[dict], *, start_engine: bool = 
             taken.setdefault(n.grp, set()).add(n.ordinal)
             names.add(n.name)
         targets = {}
+        pins: dict[str, str | None] = {}
+
+        def pinned(group: str) -> str | None:  # a pinned group's new nodes are made from its release's box
+            if group not in pins:
+                pins[group] = (pinned_box(c.spec, group, registry.releases(c.provider))
+                               if any(g.get("ImageReleaseVersion") for g in c.spec.get("InstanceGroups", [])) else None)
+            return pins[group]
+
         for item in groups:
             gname = item.get("InstanceGroupName")
             inc = item.get("IncrementTargetCountBy")
@@ -97,7 +107,8 @@ def add_nodes(st: Store, name: str, groups: list[dict], *, start_engine: bool = 
                 node = f"{name}-{gname}-{o}"
                 st.add_node(NodeRow(cluster=name, name=node, grp=gname, ordinal=o,
                                     instance_id=instance_id(name, node), address="", mac="",
-                                    phase="planned", message="added (BatchAddClusterNodes)"))
+                                    phase="planned", message="added (BatchAddClusterNodes)",
+                                    image=pinned(gname)))
                 ok.append({"NodeLogicalId": node, "InstanceGroupName": gname, "Status": "Pending"})
                 added.append(node)
             targets[gname] = new_target

@@ -21,6 +21,9 @@ from lab.control.views import arn, get
 from lab.engine import daemon
 from lab.engine.plan import NO_RETRY
 from lab.errors import Conflict, UsageError
+from lab.box.recipe import box_name
+from lab.control.pins import check_pins
+from lab.engine.rolling import cluster_box
 from lab.providers import registry
 from lab.store.db import ClusterRow, GroupRow, Store
 
@@ -128,6 +131,8 @@ def create(st: Store, spec, provider: str = registry.DEFAULT, *, start_engine: b
         check_new(st, spec.name)
         if admit is not None:
             admit(spec)
+        if any(g.get("ImageReleaseVersion") for g in stored.get("InstanceGroups", [])):
+            check_pins(stored["InstanceGroups"], registry.releases(provider), spec.box or box_name())
         if prepare_host:
             registry.make(provider).preflight(spec.box, spec.name)
         used = {c.net_index for c in st.clusters()}
@@ -190,6 +195,8 @@ def update(st: Store, name: str, request: dict, *, base_dir=None, check_files: b
         new_spec = apply_update(old_spec, request, base_dir=base_dir, check_files=check_files)
         stored, new_rows = _group_rows(name, new_spec)
         check_open(c, "UpdateCluster")
+        if any(g.get("ImageReleaseVersion") for g in stored.get("InstanceGroups", [])):
+            check_pins(stored["InstanceGroups"], registry.releases(c.provider), cluster_box(c))
         old = {g.name: g for g in st.groups(name)}
         changes, touched = [], []
         for row in new_rows:

@@ -27,10 +27,7 @@ def _op_targets(st: Store, cluster: str) -> dict[str, str]:
     """node -> the release an update or patch under way takes it to."""
     out: dict[str, str] = {}
     for op in st.operations(cluster, "InProgress"):
-        d = op.details or {}
-        if d.get("Release"):
-            for n in op.nodes or ():
-                out[n] = d["Release"]
+        out.update((op.details or {}).get("NodeReleases") or {})
     return out
 
 

@@ -7,15 +7,19 @@ clusters' provider layout must be written again before a launch (`dirty`, `prepa
 from __future__ import annotations
 
 import hashlib
+import logging
 import random
 from collections.abc import Callable
 
+from lab.box.releases import pinned_box
 from lab.engine import plan as planner
 from lab.engine import recovery
 from lab.engine.plan import NO_RETRY, Action
 from lab.engine.states import Phase, Status
 from lab.providers.base import MachineSpec, Placement, Provider, in_thread, start_of, state_disk_name
 from lab.store.db import ClusterRow, GroupRow, NodeRow, Store
+
+log = logging.getLogger(__name__)
 
 BACKOFF_BASE = 10.0
 BACKOFF_MAX = 300.0
@@ -320,11 +324,23 @@ class Records:
         addresses.add(address)
         added = self.store.add_node(NodeRow(cluster=c.name, name=name, grp=g.name, ordinal=ordinal,
                                             instance_id=instance_id(c.name, name, prov.id_prefix),
-                                            address=address, mac=mac, phase=Phase.PLANNED), if_absent=True)
+                                            address=address, mac=mac, phase=Phase.PLANNED,
+                                            image=self.pinned_box(c, prov, g.name)), if_absent=True)
         if added:
             self.dirty.add(c.name)
             self.store.add_event(c.name, "Instance", "Info", f"node {name} planned ({address})", grp=g.name, node=name,
                                  operation_id=self.op_of(c.name, group=g.name))
+
+    @staticmethod
+    def pinned_box(c: ClusterRow, prov: Provider, group: str) -> str | None:
+        """The box of the group's ImageReleaseVersion (None: not pinned: the cluster's box)."""
+        if not any(g.get("ImageReleaseVersion") for g in c.spec.get("InstanceGroups", [])):
+            return None
+        try:
+            return pinned_box(c.spec, group, prov.releases())
+        except Exception as e:  # noqa: BLE001 - the cluster's box then; the pin was checked when it was set
+            log.warning("cluster %s: the releases cannot be read (%s): group %s gets the cluster's box", c.name, e, group)
+            return None
 
     def new_instance(self, cluster: str, n: NodeRow, prov: Provider, message: str) -> None:
         """The node gets a fresh instance under the same name (a new generation and instance id)."""

@@ -8,6 +8,7 @@ One asyncio loop (`Engine.step`, once a tick) over every cluster, and parts that
   Tasks             lab/engine/tasks.py        the tasks in flight, one per (cluster, key)
   Steps             lab/engine/actions.py      the node steps the planner asks for, each a task
   Rollout           lab/engine/rolling.py      UpdateClusterSoftware, batch by batch
+  Patching          lab/engine/patching.py     AutoPatchConfig: cordon, patch idle nodes, give up in time
   CheckpointRunner  lab/engine/checkpointing.py checkpoints and restores
   SlurmWatch        lab/engine/watching.py     Slurm's view, marks and recovery; the heartbeat
   ExtensionWork     lab/engine/extensions.py   cluster extensions applied, probed, removed
@@ -42,6 +43,7 @@ from lab.engine.checkpointing import CheckpointRunner
 from lab.engine.extensions import ExtensionWork
 from lab.engine.hostloss import HOST_LOST_S, HostLoss
 from lab.engine.hubwatch import HubWatch
+from lab.engine.patching import Patching
 from lab.engine.plan import JOIN_MAX_WAIT_S, JOIN_QUIET_S, LEGACY_ATTEMPTS, Action
 from lab.engine.rolling import Rollout
 from lab.engine.sight import Sight
@@ -112,6 +114,7 @@ class Engine:
                                 recover_after_s=t.recover_after_s)
         self.extensions = ExtensionWork(self.rec, self.io, self.work)
         self.hubs = HubWatch(self.rec, self.io, self.work)
+        self.patching = Patching(self.rec, self.io, self.work, self.watch.last.get)
         self._unusable: set[str] = set()
         self._last_error: dict[str, str] = {}
 
@@ -194,6 +197,7 @@ class Engine:
         self.extensions.step(c, groups, nodes)  # cluster extensions (lab/engine/extensions.py)
         self.hubs.watch(c, groups, nodes, busy)  # Lab.Jupyter: each login node's hub (lab/engine/hubwatch.py)
         self.rollout.step(c, gmap, nodes)
+        self.patching.step(c, gmap, nodes)  # AutoPatchConfig (lab/engine/patching.py)
         rec.disk_marks(name, nodes, seen, p)
         if p.boot_waiting:
             msg = f"waiting for a boot slot ({t.boot_slots.get(c.provider)} VMs boot at once on this host)"

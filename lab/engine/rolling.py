@@ -28,12 +28,25 @@ from lab.engine.states import Phase, Status
 from lab.store.db import ClusterRow, GroupRow, NodeRow
 
 UPDATE = "UpdateClusterSoftware"
+AUTOPATCH = "AutoPatch"  # lab/engine/patching.py: its nodes take the same node step
 
 
 def cluster_box(c: ClusterRow) -> str:
     from lab.box import DEFAULT_BOX
 
     return (c.spec.get("Lab") or {}).get("Box") or DEFAULT_BOX
+
+
+def on_target(n, base: str, box: str, version: str | None) -> bool:
+    """The node already runs the update's target: the same release when both are known, else the same box."""
+    if version and n.release:
+        return n.release == version
+    return (n.image or base) == box
+
+
+def target_of(d: dict, group: str) -> tuple[str, str | None]:
+    """(box, release) an update's details send the group's nodes to (per group since issue 32)."""
+    return (d.get("Images") or {}).get(group, d["Image"]), (d.get("Releases") or {}).get(group)
 
 
 class Rollout:
@@ -45,8 +58,12 @@ class Rollout:
         return next((op for op in self.store.operations(cluster, "InProgress") if op.kind == UPDATE), None)
 
     def targets(self, cluster: str) -> dict[str, str]:
-        op = self.op(cluster)
-        return dict((op.details or {}).get("Targets") or {}) if op else {}
+        """node -> the box it goes to, for the nodes an update or an auto-patch (lab/engine/patching.py) takes."""
+        out: dict[str, str] = {}
+        for op in self.store.operations(cluster, "InProgress"):
+            if op.kind in (UPDATE, AUTOPATCH):
+                out.update((op.details or {}).get("Targets") or {})
+        return out
 
     def checked(self, cluster: str, op_id: str, node: str, failures: list[str]) -> None:
         """The health check of a replaced node (step 3): the result goes into the operation."""
@@ -109,7 +126,8 @@ class Rollout:
         base = cluster_box(c)
         todo, last = [], []  # the controller is replaced last, alone
         for n in sorted(nodes, key=lambda n: (d["Groups"].index(n.grp) if n.grp in d["Groups"] else 99, n.ordinal)):
-            if n.grp in d["Groups"] and gmap.get(n.grp) and not leaving(n) and (n.image or base) != d["Image"]:
+            if (n.grp in d["Groups"] and gmap.get(n.grp) and not leaving(n)
+                    and not on_target(n, base, *target_of(d, n.grp))):
                 (last if gmap[n.grp].node_type == "Controller" else todo).append(n)
         if not todo and not last:
             self._software_done(c, op.id, "Completed", "")
@@ -120,7 +138,7 @@ class Rollout:
         if not ready:
             return  # the nodes left to update are busy (a reboot, a failure): wait for them
         take = ready[: (d["BatchSize"] if d.get("Batches") and todo else 1)]
-        d.update(Batch=[n.name for n in take], Targets={n.name: d["Image"] for n in take}, Failed={},
+        d.update(Batch=[n.name for n in take], Targets={n.name: target_of(d, n.grp)[0] for n in take}, Failed={},
                  Previous={**(d.get("Previous") or {}), **{n.name: n.image or base for n in take}})
         self.store.set_operation_details(op.id, d)
         self._mark(name, d["Batch"], "SystemUpdating: draining before its VM is replaced with box {}", d["Targets"])

@@ -52,6 +52,7 @@ class SlurmWatch:
         self.slurm_period_s = slurm_period_s
         self.recover_after_s = recover_after_s
         self._views: dict = {}  # cluster -> (view, taken_at) or an exception, until the next pass
+        self.last: dict = {}  # cluster -> the last (view, taken_at) applied (auto-patching reads it)
         self._polled_at: dict[str, float] = {}
         self._beat_at = float("-inf")
 
@@ -104,6 +105,7 @@ class SlurmWatch:
                                      f"{name} controller -- sudo systemctl status slurmctld)"[:500])
             return
         view, taken_at = got
+        self.last[name] = got
         if c.slurm_problem is not None:
             self.store.update_cluster(name, slurm_problem=None, slurm_problem_since=None)
             self.store.add_event(name, "Cluster", "Info", "Slurm answers again")

@@ -1,6 +1,6 @@
 """Image releases of the simulated provider (issue 32): boxes are records too. One line,
 `trixie-slurm` like the real default box, that starts with one release (`FIRST`, the default box) and
-grows when a release is published (`publish`: a test, a benchmark, or `slurmlab box tag --simulated`).
+grows when a release is published (`SimReleases.publish`: a test or a benchmark).
 Kept in `sim-releases.json` next to the simulated VMs when the provider has a path, else in memory."""
 
 from __future__ import annotations
