@@ -11,7 +11,6 @@ between batches. The cluster is SystemUpdating until the update completes or is 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 from lab.box import releases as rel
@@ -20,7 +19,7 @@ from lab.control.pins import release_named
 from lab.engine import daemon
 from lab.control.operations import new_op
 from lab.engine.plan import leaving
-from lab.engine.rolling import AUTOPATCH, UPDATE, cluster_box, on_target
+from lab.engine.rolling import AUTOPATCH, UPDATE, batch_size as _batch_size, cluster_box, on_target
 from lab.control.views import get, named_group
 from lab.errors import Conflict, UsageError
 from lab.providers import registry
@@ -154,21 +153,3 @@ def _series_changes(a: str | None, b: str | None) -> bool:
 
 def _keeps_state(c: ClusterRow, node: str) -> bool:
     return registry.make(c.provider).keeps_state(c.name, node)
-
-
-def _batch_size(policy: dict, nodes: int) -> int:
-    if not policy:
-        return 1
-    kind, value = policy.get("Type"), policy.get("Value")
-    where = "DeploymentConfig.RollingUpdatePolicy.MaximumBatchSize"
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise UsageError(f"{where}.Value: {value!r} must be a whole number >= 1", "e.g. {Type: INSTANCE_COUNT, Value: 1}")
-    if kind == "CAPACITY_PERCENTAGE":
-        if value > 100:
-            raise UsageError(f"{where}.Value: {value}% is above 100%", "give a percentage from 1 to 100")
-        return max(1, math.ceil(nodes * value / 100))
-    if kind != "INSTANCE_COUNT":
-        raise UsageError(f"{where}.Type: {kind!r} is not INSTANCE_COUNT or CAPACITY_PERCENTAGE", "use one of them")
-    if nodes and value > nodes:
-        raise UsageError(f"{where}.Value: {value} is above the {nodes} node(s) to update", f"give 1 to {nodes}")
-    return value

@@ -125,8 +125,8 @@ class Records:
         by_name = {n.name: n for n in nodes}
         gnames = {g.name for g in groups}
         for op in self.ops.get(name, []):
-            if op.kind == "UpdateClusterSoftware":
-                continue  # lab/engine/rolling.py ends it
+            if op.kind in ("UpdateClusterSoftware", "AutoPatch"):
+                continue  # lab/engine/rolling.py and lab/engine/patching.py end them
             if op.kind in SCALING:
                 done = all(g in p.settled or g not in gnames for g in op.groups)
                 if op.kind == "BatchDeleteClusterNodes":

@@ -9,6 +9,7 @@ One asyncio loop (`Engine.step`, once a tick) over every cluster, and parts that
   Steps             lab/engine/actions.py      the node steps the planner asks for, each a task
   Rollout           lab/engine/rolling.py      UpdateClusterSoftware, batch by batch
   Patching          lab/engine/patching.py     AutoPatchConfig: cordon, patch idle nodes, give up in time
+  Schedules         lab/engine/schedules.py    ScheduledUpdateConfig: the rolling update, when due
   CheckpointRunner  lab/engine/checkpointing.py checkpoints and restores
   SlurmWatch        lab/engine/watching.py     Slurm's view, marks and recovery; the heartbeat
   ExtensionWork     lab/engine/extensions.py   cluster extensions applied, probed, removed
@@ -46,6 +47,7 @@ from lab.engine.hubwatch import HubWatch
 from lab.engine.patching import Patching
 from lab.engine.plan import JOIN_MAX_WAIT_S, JOIN_QUIET_S, LEGACY_ATTEMPTS, Action
 from lab.engine.rolling import Rollout
+from lab.engine.schedules import Schedules
 from lab.engine.sight import Sight
 from lab.engine.states import Kind, Status
 from lab.engine.tasks import Tasks
@@ -115,6 +117,7 @@ class Engine:
         self.extensions = ExtensionWork(self.rec, self.io, self.work)
         self.hubs = HubWatch(self.rec, self.io, self.work)
         self.patching = Patching(self.rec, self.io, self.work, self.watch.last.get)
+        self.schedules = Schedules(self.rec, self.io)
         self._unusable: set[str] = set()
         self._last_error: dict[str, str] = {}
 
@@ -196,6 +199,7 @@ class Engine:
         self.watch.watch(c, groups, nodes, busy)  # Slurm's view: marks, recovery (lab/engine/watching.py)
         self.extensions.step(c, groups, nodes)  # cluster extensions (lab/engine/extensions.py)
         self.hubs.watch(c, groups, nodes, busy)  # Lab.Jupyter: each login node's hub (lab/engine/hubwatch.py)
+        self.schedules.step(c, gmap, nodes)  # ScheduledUpdateConfig: a rolling update when due (lab/engine/schedules.py)
         self.rollout.step(c, gmap, nodes)
         self.patching.step(c, gmap, nodes)  # AutoPatchConfig (lab/engine/patching.py)
         rec.disk_marks(name, nodes, seen, p)

@@ -22,8 +22,11 @@ database) moves to the new VM (docs/adr/0007). Running jobs go on meanwhile; Slu
 
 from __future__ import annotations
 
+import math
+
 from lab.engine.plan import HEALTH_ASKED, HEALTH_CHECKING, UPDATE_DRAIN, failed_for_good, leaving
 from lab.engine.bookkeeping import Records
+from lab.errors import UsageError
 from lab.engine.states import Phase, Status
 from lab.store.db import ClusterRow, GroupRow, NodeRow
 
@@ -167,3 +170,21 @@ class Rollout:
         level = "Info" if status == "Completed" else "Error"
         self.store.add_event(c.name, "Cluster", level, f"UpdateClusterSoftware {status.lower()}"
                              + (f": {message}" if message else "") + f"; cluster {c.name} is InService", operation_id=op_id)
+
+
+def batch_size(policy: dict, nodes: int) -> int:
+    if not policy:
+        return 1
+    kind, value = policy.get("Type"), policy.get("Value")
+    where = "DeploymentConfig.RollingUpdatePolicy.MaximumBatchSize"
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise UsageError(f"{where}.Value: {value!r} must be a whole number >= 1", "e.g. {Type: INSTANCE_COUNT, Value: 1}")
+    if kind == "CAPACITY_PERCENTAGE":
+        if value > 100:
+            raise UsageError(f"{where}.Value: {value}% is above 100%", "give a percentage from 1 to 100")
+        return max(1, math.ceil(nodes * value / 100))
+    if kind != "INSTANCE_COUNT":
+        raise UsageError(f"{where}.Type: {kind!r} is not INSTANCE_COUNT or CAPACITY_PERCENTAGE", "use one of them")
+    if nodes and value > nodes:
+        raise UsageError(f"{where}.Value: {value} is above the {nodes} node(s) to update", f"give 1 to {nodes}")
+    return value
