@@ -149,9 +149,10 @@ def default_recipe(suite: str = DEFAULT_SUITE) -> Recipe:
     mirror = settings.DEBIAN_MIRROR.get()
     if suite == DEFAULT_SUITE:
         return Recipe(mirror=mirror.rstrip("/"))
-    # forky carries JupyterLab 4.4 itself (a dependency of its jupyterhub stack): only batchspawner from PyPI
+    # forky carries JupyterLab 4.4 itself (a dependency of its jupyterhub stack): only batchspawner from PyPI.
+    # Its kernel pulls dracut by default; customize.sh trims an initramfs-tools initramfs: ask for that one.
     return Recipe(mirror=mirror.rstrip("/"), suite=suite, slurm_series=LINES[suite],
-                  apt_options=("Acquire::Check-Valid-Until false",),
+                  packages=(*PACKAGES, "initramfs-tools"), apt_options=("Acquire::Check-Valid-Until false",),
                   wheels=tuple(w for w in WHEELS if w.startswith("batchspawner")))
 
 
