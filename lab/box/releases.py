@@ -87,13 +87,16 @@ def _added() -> list[tuple[str, dict]]:
 
 
 def next_version(taken: list[str], now: float) -> str:
-    """The version of a line's next release: YEAR.MONTH.N of `now` (UTC), newer than every one `taken`."""
+    """The version of a line's next release: YEAR.MONTH.N of `now` (UTC), newer than every one `taken`
+    (after a clock set back: the newest taken one's YEAR.MONTH with the next N)."""
     t = time.gmtime(now)
     keys = [version_key(v) for v in taken]
-    n = 1 + max((k[2] for k in keys if k[:2] == (t.tm_year, t.tm_mon)), default=0)
-    while any(version_key(f"{t.tm_year}.{t.tm_mon}.{n}") <= k for k in keys):  # a clock set back
-        n += 1
-    return f"{t.tm_year}.{t.tm_mon}.{n}"
+    month = (t.tm_year, t.tm_mon)
+    newest = max(keys, default=(0, 0, 0))
+    if newest[:2] > month:
+        month = newest[:2]
+    n = 1 + max((k[2] for k in keys if k[:2] == month), default=0)
+    return f"{month[0]}.{month[1]}.{n}"
 
 
 def _entry(doc: dict, box: str, marker: dict, security: bool, now: float) -> dict:
@@ -173,13 +176,22 @@ def worst(statuses) -> str | None:
     return max(got, key=order.__getitem__) if got else None
 
 
+# Slurm's major releases in order: a 9-month cycle until 24.05, a 6-month one since (YY.05, YY.11).
+_MAJORS = ("20.02", "20.11", "21.08", "22.05", "23.02", "23.11", "24.05", "24.11")
+
+
 def _series(slurm_version: str | None) -> int | None:
-    """Slurm's releases in order: YY.05 and YY.11 (two a year since 24.05) -> one number each."""
+    """A Slurm major release's place in the order of major releases (None: not a Slurm version)."""
     m = re.match(r"(\d+)\.(\d+)", slurm_version or "")
     if not m:
         return None
+    major = f"{int(m.group(1)):02d}.{int(m.group(2)):02d}"
+    if major in _MAJORS:
+        return _MAJORS.index(major)
     yy, mm = int(m.group(1)), int(m.group(2))
-    return yy * 2 + (1 if mm >= 11 else 0)
+    if yy < 25:
+        return None  # not a major release slurmlab knows
+    return len(_MAJORS) + (yy - 25) * 2 + (1 if mm >= 11 else 0)
 
 
 def slurm_step(from_version: str | None, to_version: str | None) -> str | None:

@@ -940,6 +940,47 @@ def test_rolling_update_of_the_gpu_node_then_the_controller_while_a_job_runs():
     assert out.strip() == "CUDA_VISIBLE_DEVICES=0", out
 
 
+def test_auto_patch_when_idle_patches_the_idle_node_and_the_busy_one_after_its_job(served):
+    """Issue 32: the box tagged above is a newer release of the line (`box list`); the compute nodes, still
+    on the first release, report UpdateAvailable. AutoPatchConfig WhenIdle on the compute group (UpdateCluster
+    through boto3): both nodes are cordoned (Slurm drain), compute-1 (idle) is patched at once while a job
+    keeps running on compute-2, which is patched once its job ends. The job completes; srun -N2 after."""
+    first, second = f"{NAME}-compute-1", f"{NAME}-compute-2"
+    boxes = json.loads(sl("box", "list", "--output", "json").stdout)
+    new = next(b["release"]["version"] for b in boxes if b["name"] == "slurmlab/trixie-slurm-next")
+    before = nodes()
+    old = before[first]["CurrentImageReleaseVersion"]
+    assert old != new and before[second]["CurrentImageReleaseVersion"] == old, before[first]
+    assert before[first]["ImageVersionStatus"] == "UpdateAvailable", before[first]
+    job = student(f"sbatch --parsable -p dev -w {second} --wrap 'while [ ! -f patch-go ]; do sleep 5; done; echo patched-around'").strip()
+    _wait(lambda: on("login", f"squeue -h -j {job} -o %T").strip() == "RUNNING", 120, "the job to run")
+    client = served.client()
+    g = next(g for g in client.describe_cluster(ClusterName=NAME)["InstanceGroups"] if g["InstanceGroupName"] == "compute")
+    spec = {k: g[k] for k in ("InstanceGroupName", "InstanceType", "SlurmConfig", "LifeCycleConfig") if k in g}
+    client.update_cluster(ClusterName=NAME, InstanceGroups=[{**spec, "InstanceCount": g["TargetCount"],
+                                                             "AutoPatchConfig": {"PatchingStrategy": "WhenIdle"}}])
+
+    def on_new(x):
+        n = nodes()[x]
+        return n.get("CurrentImageReleaseVersion") == new and n["InstanceStatus"]["Status"] == "Running"
+
+    _wait(lambda: on_new(first), 1500, f"{first} patched to {new}", 10)
+    assert on("login", f"squeue -h -j {job} -o %T").strip() == "RUNNING"  # never killed
+    assert nodes()[second]["CurrentImageReleaseVersion"] == old
+    state = on("login", f"sinfo -h -N -n {second} -o '%T|%E'").strip()
+    assert state.startswith("draining|slurmlab: auto-patch"), state  # cordoned: its job runs on, no new one starts
+    student("touch patch-go")
+    assert job_state(job, timeout=300) == ("COMPLETED", second)
+    _wait(lambda: on_new(second), 1500, f"{second} patched to {new}", 10)
+    events = _events_of(NAME)
+    _keep("auto-patch-events.txt", subprocess.CompletedProcess([], 0, "\n".join(events[-30:]), ""))
+    assert any(e.startswith("AutoPatch completed: 2 node(s) patched") for e in events), events[-30:]
+    after = nodes()
+    for x in (first, second):
+        assert after[x]["ImageVersionStatus"] == "UpToDate" and after[x]["InstanceId"] != before[x]["InstanceId"]
+    assert sorted(on("login", "timeout 120 srun -p dev -N2 hostname").split()) == [first, second]
+
+
 FAR, H2 = "far", "e2e-b"  # the second cluster, and the remote host (the rig's stand-in) it is placed on
 
 
