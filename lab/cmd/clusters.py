@@ -103,8 +103,10 @@ def list_cluster_nodes(name: str, output: Output = OutputOpt) -> None:
         s = n["InstanceStatus"]
         g = gpus.get(n["InstanceGroupName"], 0)
         gpu = f"{g} GPU{'s' if g > 1 else ''} (emulated)" if g else ""
+        image = n.get("ImageVersionStatus")  # the image release, flagged when a newer one is there (issue 32)
+        release = (n.get("CurrentImageReleaseVersion") or "-") + (f" ({image})" if image not in (None, "UpToDate") else "")
         out.print(f"{n['NodeLogicalId']:<26} {n['InstanceGroupName']:<12} {s['Status']:<9} {n['PrivatePrimaryIp']:<14} "
-                  f"{(host or '-'):<8} {gpu + '  ' if gpu else ''}{s.get('Message', '')}")
+                  f"{(host or '-'):<8} {release:<11} {gpu + '  ' if gpu else ''}{s.get('Message', '')}", markup=False)
 
 
 @app.command("describe-cluster-node")
