@@ -4,8 +4,9 @@ line, with a version in HyperPod's `ImageReleaseVersion` form (MAJOR.MINOR.PATCH
 - A line is a Debian suite with its Slurm series: `trixie-slurm` (Slurm 24.11), `forky-slurm` (26.05).
 - A release is one box (Vagrant name + inputs hash). Its version is given once, when the lab first
   sees it (`slurmlab box build`, `slurmlab box tag`, or any listing), as YEAR.MONTH.N of that day, N
-  counting the line's releases of that month: 2026.12.1, 2026.12.2, ... Versions never change and are
-  never reused; the registry is `cache()/boxes/releases.json`.
+  counting the lab's releases of that month (all lines: a version names one release, as a node records
+  only the version): 2026.12.1, 2026.12.2, ... Versions never change and are never reused; the
+  registry is `cache()/boxes/releases.json`.
 - A release stays known when its box leaves Vagrant (`available` False): the nodes made from it still
   report it, and nothing new can be made from it.
 - `status()` is HyperPod's ImageVersionStatus of a node on a release: UpToDate, UpdateAvailable (a
@@ -87,7 +88,7 @@ def _added() -> list[tuple[str, dict]]:
 
 
 def next_version(taken: list[str], now: float) -> str:
-    """The version of a line's next release: YEAR.MONTH.N of `now` (UTC), newer than every one `taken`
+    """The version of the next release: YEAR.MONTH.N of `now` (UTC), newer than every one `taken`
     (after a clock set back: the newest taken one's YEAR.MONTH with the next N)."""
     t = time.gmtime(now)
     keys = [version_key(v) for v in taken]
@@ -104,7 +105,7 @@ def _entry(doc: dict, box: str, marker: dict, security: bool, now: float) -> dic
     e = doc.get(key)
     if e is None:
         line = line_of(marker)
-        taken = [x["version"] for x in doc.values() if x.get("line") == line]
+        taken = [x["version"] for x in doc.values()]  # every line's: a version names one release of the lab
         e = doc[key] = {"version": next_version(taken, now), "line": line, "box": box,
                         "inputs_hash": marker.get("inputs_hash", ""), "slurm_version": marker.get("slurm_version"),
                         "built_at": marker.get("built_at"), "security": security,

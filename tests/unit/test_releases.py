@@ -121,7 +121,9 @@ def test_boxes_become_releases_once_and_stay_known(tmp_path, monkeypatch):
     tagged = rel.register("slurmlab/trixie-slurm-next", m, security=True)
     assert rel.version_key(tagged.version) > rel.version_key(first[0].version) and tagged.security
     assert rel.register("slurmlab/trixie-slurm-next", m).version == tagged.version  # once
-    again = rel.catalog()
+    forky = rel.register("slurmlab/forky-slurm", {**m, "inputs_hash": "hf", "debian_suite": "forky"})
+    assert forky.line == "forky-slurm" and forky.version not in (first[0].version, tagged.version)  # one per lab
+    again = [r for r in rel.catalog() if r.line == "trixie-slurm"]
     assert [r.version for r in again] == [first[0].version, tagged.version]
     assert [r.available for r in again] == [True, False]  # the tag's box is not in this Vagrant
 
