@@ -957,8 +957,9 @@ def test_auto_patch_when_idle_patches_the_idle_node_and_the_busy_one_after_its_j
     client = served.client()
     g = next(g for g in client.describe_cluster(ClusterName=NAME)["InstanceGroups"] if g["InstanceGroupName"] == "compute")
     spec = {k: g[k] for k in ("InstanceGroupName", "InstanceType", "SlurmConfig", "LifeCycleConfig") if k in g}
-    client.update_cluster(ClusterName=NAME, InstanceGroups=[{**spec, "InstanceCount": g["TargetCount"],
-                                                             "AutoPatchConfig": {"PatchingStrategy": "WhenIdle"}}])
+    client.update_cluster(ClusterName=NAME, InstanceGroups=[{  # boto3 wants an ExecutionRole; the lab takes any
+        **spec, "InstanceCount": g["TargetCount"], "ExecutionRole": "arn:aws:iam::111122223333:role/lab",
+        "AutoPatchConfig": {"PatchingStrategy": "WhenIdle"}}])
 
     def on_new(x):
         n = nodes()[x]
