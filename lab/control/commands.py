@@ -22,7 +22,7 @@ from lab.engine import daemon
 from lab.engine.plan import NO_RETRY
 from lab.errors import Conflict, UsageError
 from lab.box.recipe import box_name
-from lab.control.pins import check_pins
+from lab.control.pins import check_pins, maintenance_changes
 from lab.engine.rolling import cluster_box
 from lab.providers import registry
 from lab.store.db import ClusterRow, GroupRow, Store
@@ -238,6 +238,7 @@ def update(st: Store, name: str, request: dict, *, base_dir=None, check_files: b
         for k in ("NodeRecovery", "NodeProvisioningMode"):
             if k in request and request[k] != c.spec.get(k):
                 changes.append(f"{k} {c.spec.get(k) or '(absent)'} -> {request[k]}")
+        changes += maintenance_changes(c.spec, stored)
         st.add_event(name, "Cluster", "Info", f"UpdateCluster: {'; '.join(changes) or 'no change'}",
                      operation_id=op.id if op else None)
     if start_engine:

@@ -2,7 +2,8 @@
 a cluster is made or updated (a version the lab does not have is a ValidationException naming the ones
 it has; a release whose Slurm cannot serve the controller's is refused with the reason); the engine
 makes the group's new nodes from the release's box (lab/engine/bookkeeping.py create_node), and
-auto-patching and scheduled updates leave the group alone (lab/engine/patching.py)."""
+auto-patching and scheduled updates leave the group alone (lab/engine/patching.py). Also what an
+UpdateCluster changed in a group's maintenance fields, for its event (`maintenance_changes`)."""
 
 from __future__ import annotations
 
@@ -49,3 +50,25 @@ def _where(groups: list[dict], name) -> str:
     i = next(i for i, g in enumerate(groups) if g.get("InstanceGroupName") == name)
     return f"InstanceGroups[{i}]"
 
+
+
+MAINTENANCE = ("ImageReleaseVersion", "AutoPatchConfig", "ScheduledUpdateConfig")
+
+
+def maintenance_changes(old_spec: dict, new_spec: dict) -> list[str]:
+    """What UpdateCluster changed in the groups' maintenance fields, for its event."""
+    before = {g.get("InstanceGroupName"): g for g in old_spec.get("InstanceGroups", [])}
+    out = []
+    for g in new_spec.get("InstanceGroups", []):
+        name, was = g.get("InstanceGroupName"), before.get(g.get("InstanceGroupName"), {})
+        for k in MAINTENANCE:
+            if g.get(k) != was.get(k):
+                what = "removed" if g.get(k) is None else f"set ({_short(g[k])})"
+                out.append(f"group {name} {k} {what}")
+    return out
+
+
+def _short(v) -> str:
+    if isinstance(v, dict):
+        return v.get("PatchingStrategy") or v.get("ScheduleExpression") or "..."
+    return str(v)

@@ -269,3 +269,19 @@ def test_update_software_refuses_a_slurm_change_the_rolling_order_cannot_make(la
         await lab.finish()
 
     asyncio.run(go())
+
+
+def test_update_cluster_turns_auto_patching_on_and_says_so(lab_home, tmp_path):
+    async def go():
+        lab = await _ready(lab_home, tmp_path)
+        group = {"InstanceGroupName": "compute", "InstanceType": "ml.c5.large", "InstanceCount": 2,
+                 "SlurmConfig": {"NodeType": "Compute", "PartitionNames": ["dev"]},
+                 "AutoPatchConfig": {"PatchingStrategy": "WhenIdle"}}
+        clusters.update(lab.st, "demo", {"ClusterName": "demo", "InstanceGroups": [group]})
+        assert any("UpdateCluster: group compute AutoPatchConfig set (WhenIdle)" in t for t in _texts(lab))
+        new = lab.prov.image_releases.publish()
+        await lab.run_until(lambda: _op(lab) is not None and _op(lab).status != "InProgress", max_ticks=600)
+        assert {_release(lab, C1), _release(lab, C2)} == {new.version}
+        await lab.finish()
+
+    asyncio.run(go())
