@@ -110,7 +110,14 @@ def print_cluster(d: dict) -> None:
     if d.get("FailureMessage"):
         out.print(f"  {'' if stale else 'failure: '}{d['FailureMessage']}", markup=False, highlight=False)
     for g in d["InstanceGroups"]:
-        out.print(f"  {g['InstanceGroupName']:<14} {g['InstanceType']:<14} {g['CurrentCount']}/{g['TargetCount']}  {g['Status']}")
+        release = g.get("CurrentImageReleaseVersion")  # issue 32: the image release, and what is set to move it
+        extra = (f"  release {release}" + (f" ({g['ImageVersionStatus']})" if g.get("ImageVersionStatus") not in
+                                           (None, "UpToDate") else "") if release else "")
+        extra += "".join(f"  {k} {v}" for k, v in (
+            ("pinned", g.get("ImageReleaseVersion")), ("auto-patch", (g.get("AutoPatchConfig") or {}).get("PatchingStrategy")),
+            ("schedule", (g.get("ScheduledUpdateConfig") or {}).get("ScheduleExpression"))) if v)
+        out.print(f"  {g['InstanceGroupName']:<14} {g['InstanceType']:<14} {g['CurrentCount']}/{g['TargetCount']}  "
+                  f"{g['Status']}{extra}", markup=False)
 
 
 def with_accounts(d: dict, name: str) -> dict:
