@@ -210,7 +210,8 @@ class Patching:
                 states[x], changed = FAILED, True
                 self.store.add_event(c.name, "Instance", "Error", f"{x}: AutoPatch to {d['Release']} failed: {n.message}",
                                      grp=n.grp, node=x, operation_id=op.id)
-            elif n.phase == Phase.RUNNING and not n.pending and n.image == d["Image"] and n.joined_at:
+            elif (n.phase == Phase.RUNNING and not n.pending and n.image == d["Image"]
+                  and (n.joined_at or d.get("NodeType") != "Compute")):  # a login node joins no slurm.conf
                 states[x], changed = PATCHED, True
                 self.store.add_event(c.name, "Instance", "Info", f"{x}: patched to release {n.release or d['Release']}; "
                                      "back in Slurm (uncordoned)", grp=n.grp, node=x, operation_id=op.id)

@@ -285,3 +285,21 @@ def test_update_cluster_turns_auto_patching_on_and_says_so(lab_home, tmp_path):
         await lab.finish()
 
     asyncio.run(go())
+
+
+def test_a_login_group_is_patched_as_it_runs_no_slurm_job(lab_home, tmp_path):
+    async def go():
+        lab = SimLab(tmp_path)
+        lab.prov.image_releases = SimReleases(lab_home / "sim-releases.json")
+        lab.create(spec_text().replace("    SlurmConfig: {NodeType: Login}\n",
+                                       "    SlurmConfig: {NodeType: Login}\n" + WHEN_IDLE))
+        await lab.run_until(lambda: lab.full())
+        await lab.tick()
+        new = lab.prov.image_releases.publish()
+        await lab.run_until(lambda: _op(lab) is not None and _op(lab).status != "InProgress", max_ticks=600)
+        assert _op(lab).status == "Completed" and _release(lab, "demo-login-1") == new.version
+        assert not [c for c in lab.conf.calls if c[0] == "cordon"]  # no Slurm node to drain
+        assert _release(lab, C1) == FIRST.version
+        await lab.finish()
+
+    asyncio.run(go())
