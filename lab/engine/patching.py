@@ -151,6 +151,12 @@ class Patching:
             return
         now = self.clock()
         changed = self._finished(c, op, d, states, by)
+        if not self.tasks.active(c.name, "patch"):  # a forced patch whose task died with an engine: mark it again
+            for x in [x for x, s in states.items() if s == PATCHING]:
+                n = by.get(x)
+                if n is not None and n.phase == Phase.RUNNING and not n.pending and n.image != d["Image"]:
+                    self.store.update_node(c.name, x, pending=UPDATE_DRAIN,
+                                           message=f"AutoPatch: out of Slurm, its VM replaced with release {d['Release']}")
         waiting = [x for x, s in states.items() if s == CORDONED]
         if waiting and not self.tasks.active(c.name, "patch"):
             idle = self._idle(c.name, d, waiting)

@@ -303,3 +303,21 @@ def test_a_login_group_is_patched_as_it_runs_no_slurm_job(lab_home, tmp_path):
         await lab.finish()
 
     asyncio.run(go())
+
+
+def test_a_killed_engine_resumes_the_auto_patch(lab_home, tmp_path):
+    async def go():
+        lab = await _ready(lab_home, tmp_path, WHEN_IDLE)
+        lab.conf.run_job(C2)
+        new = lab.prov.image_releases.publish()
+        await lab.run_until(lambda: lab.node(C1).pending is not None)  # compute-1 on its way out of Slurm
+        lab.kill()
+        await lab.run_until(lambda: _release(lab, C1) == new.version and lab.node(C1).phase == "running", max_ticks=600)
+        lab.kill()
+        lab.conf.end_job(C2)
+        await lab.run_until(lambda: _op(lab).status != "InProgress", max_ticks=600)
+        assert _op(lab).status == "Completed" and _release(lab, C2) == new.version
+        assert len([o for o in lab.st.operations("demo") if o.kind == "AutoPatch"]) == 1
+        await lab.finish()
+
+    asyncio.run(go())
