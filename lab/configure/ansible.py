@@ -96,6 +96,11 @@ class AnsibleConfigurer(Configurer):
 
         return slurmstate.uncordon(ctx, nodes)
 
+    def jobs_on(self, ctx: ClusterContext, nodes: list[str]) -> dict[str, int]:
+        from lab.configure import slurmstate
+
+        return slurmstate.jobs_on(ctx, nodes)
+
     def hub_state(self, ctx: ClusterContext, logins: list[str]) -> dict[str, str]:
         """Each login node's hub asked from the controller over the Slurm poll's kept connection."""
         from lab.configure import hubstate

@@ -110,6 +110,11 @@ class Configurer(ABC):
         """Resume the nodes the lab drained (a reason of its own, `slurmlab: `; a user's drain stays)."""
         return {}
 
+    def jobs_on(self, ctx: ClusterContext | None, nodes: list[str]) -> dict[str, int]:
+        """node -> how many jobs run (or complete, or are suspended) there, from Slurm's job records; a
+        node left out: not known. Not abstract: a configurer without Slurm knows nothing."""
+        return {}
+
     # Cluster extensions (CreateClusterExtension, docs/adr/0017-cluster-extensions.md). Not abstract: a
     # configurer without extensions (a test's fake) says so in every failure and probes nothing.
     def extension_apply(self, ctx: ClusterContext | None, ext: Extension, targets: list[str]) -> dict[str, str]:
@@ -157,6 +162,9 @@ class Configurer(ABC):
 
     async def uncordon_async(self, ctx: ClusterContext | None, nodes: list[str]) -> dict[str, str]:
         return await in_thread(_cluster(ctx), self.uncordon, ctx, nodes)
+
+    async def jobs_on_async(self, ctx: ClusterContext | None, nodes: list[str]) -> dict[str, int]:
+        return await in_thread(_cluster(ctx), self.jobs_on, ctx, nodes)
 
     async def set_clocks_async(self, ctx: ClusterContext | None) -> dict[str, str]:
         return await in_thread(_cluster(ctx), self.set_clocks, ctx)

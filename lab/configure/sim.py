@@ -99,6 +99,12 @@ class SimConfigurer(Configurer):
     async def cordon_async(self, ctx, nodes: list[str], why: str) -> dict[str, str]:
         return self.cordon(ctx, nodes, why)
 
+    def jobs_on(self, ctx, nodes: list[str]) -> dict[str, int]:
+        return {n: self.jobs.get(n, 0) for n in nodes if n in self.in_slurm}
+
+    async def jobs_on_async(self, ctx, nodes: list[str]) -> dict[str, int]:
+        return self.jobs_on(ctx, nodes)
+
     def uncordon(self, ctx, nodes: list[str]) -> dict[str, str]:
         self.calls.append(("uncordon", tuple(nodes)))
         for n in nodes:

@@ -182,4 +182,24 @@ def uncordon(ctx: ClusterContext, nodes: list[str]) -> dict[str, str]:
     return _on_controller(ctx, nodes, " && ".join(f"{{ {s}; }}" for s in steps), "scontrol update state=resume")
 
 
+def jobs_on(ctx: ClusterContext, nodes: list[str]) -> dict[str, int]:
+    """node -> the jobs squeue lists on it (running, completing, suspended, configuring); {} when
+    slurmctld does not answer (nothing is known)."""
+    ctl = controller(ctx)
+    if ctl is None or not nodes:
+        return {}
+    cmd = "; ".join(f"echo {shlex.quote(n)} $(squeue -h -w {shlex.quote(n)} -t R,CG,S,CF -o %i | wc -l) "
+                    f"$(squeue -h -w {shlex.quote(n)} -o %i >/dev/null 2>&1 && echo ok)" for n in nodes)
+    try:
+        p = run_on(ctx, ctl.address, cmd, 60, shared=True)
+    except subprocess.TimeoutExpired:
+        return {}
+    out = {}
+    for line in p.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[2] == "ok" and parts[1].isdigit():  # squeue answered for that node
+            out[parts[0]] = int(parts[1])
+    return out
+
+
 LAB_REASON = "slurmlab:"

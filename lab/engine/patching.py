@@ -9,7 +9,8 @@ operation type) whose details carry the run:
 1. cordon: every node to patch is drained in Slurm with a `slurmlab: auto-patch ...` reason (its jobs go
    on, no new job starts there): a task, one `scontrol update` on the controller;
 2. a node is patched when Slurm shows it DRAINED (drained and no job left), read from the engine's Slurm
-   poll (lab/engine/watching.py):
+   poll (lab/engine/watching.py), and squeue then finds no job on it (a node state read while slurmctld
+   restarts for a reconfigure once showed a busy node drained):
    - WhenIdle: each node as soon as it is idle;
    - WhenAllIdle: all of them once every one is idle;
    - DrainFirst: idle ones, MaximumBatchSize at a time; at DrainTimeoutInSeconds (default 3600) the
@@ -175,9 +176,11 @@ class Patching:
                 if late and busy:
                     self._timeout(c, op.id, d, states, busy)
                     changed = True
-            if take:
+            if take and d.get("NodeType") == "Login":  # no Slurm job runs there
                 self._patch(c, op.id, d, states, take, "idle")
                 changed = True
+            elif take:  # Slurm's job records have the last word: a node state read mid-reconfigure can lie
+                self.tasks.start(c.name, "patch", self._confirm(c, op.id, take, d["Strategy"] == "WhenAllIdle"))
         if changed:
             d["Nodes"] = states
             self.store.set_operation_details(op.id, d)
@@ -275,6 +278,25 @@ class Patching:
         self.store.set_operation_details(op_id, d)
         self.store.add_event(c.name, "InstanceGroup", "Info", f"AutoPatch: cordoned {', '.join(names)} (Slurm: DRAIN; "
                              "running jobs go on, no new job starts there)", grp=d["Group"], operation_id=op_id)
+
+    async def _confirm(self, c: ClusterRow, op_id: str, names: list[str], all_or_none: bool) -> None:
+        """Patch the nodes that squeue says run no job (all of them or none for WhenAllIdle)."""
+        try:
+            jobs = await self.io.configurer_for(c).jobs_on_async(self.io.context(c.name), names)
+        except Exception as e:  # noqa: BLE001 - not known: not idle; the next pass asks again
+            log.warning("cluster %s: the jobs on %s not known: %s", c.name, ", ".join(names), e)
+            return
+        free = [x for x in names if jobs.get(x) == 0]
+        op = self.op(c.name)
+        if not free or (all_or_none and len(free) != len(names)) or op is None or op.id != op_id:
+            return
+        d = dict(op.details)
+        states = dict(d["Nodes"])
+        free = [x for x in free if states.get(x) == CORDONED]
+        if free:
+            self._patch(c, op_id, d, states, free, "idle")
+            d["Nodes"] = states
+            self.store.set_operation_details(op_id, d)
 
     async def _uncordon(self, c: ClusterRow, names: list[str]) -> None:
         try:

@@ -321,3 +321,20 @@ def test_a_killed_engine_resumes_the_auto_patch(lab_home, tmp_path):
         await lab.finish()
 
     asyncio.run(go())
+
+
+def test_a_node_slurm_shows_drained_with_a_job_on_it_is_not_patched(lab_home, tmp_path):
+    """A node state read while slurmctld restarts for a reconfigure once showed a busy node drained (CI):
+    squeue's job records decide."""
+    async def go():
+        lab = await _ready(lab_home, tmp_path, WHEN_IDLE)
+        lab.conf.run_job(C2)
+        lab.prov.image_releases.publish()
+        await lab.run_until(lambda: _op(lab) is not None and _op(lab).details.get("Cordoned"))
+        lab.conf.broken[C2] = ("drained", "slurmlab: auto-patch")  # what the lying read said
+        await lab.ticks(60)
+        assert lab.node(C2).pending is None and _op(lab).details["Nodes"][C2] == "cordoned"
+        assert lab.conf.jobs[C2] == 1
+        await lab.finish()
+
+    asyncio.run(go())
