@@ -224,9 +224,7 @@ def beside_controller(node_slurm: str | None, controller_slurm: str | None) -> s
     return slurm_step(node_slurm, controller_slurm)
 
 
-def pinned_box(spec: dict, group: str, releases: list) -> str | None:
-    """The box of the group's pinned release (None: no pin, or the release is gone)."""
-    v = next((g.get("ImageReleaseVersion") for g in spec.get("InstanceGroups", [])
-              if g.get("InstanceGroupName") == group), None)
-    r = find(releases, v) if v else None
+def pinned_box(version: str, releases: list) -> str | None:
+    """The box of a pinned release (None: the release is gone)."""
+    r = find(releases, version)
     return r.box if r is not None and r.available else None

@@ -65,8 +65,8 @@ def add_nodes(st: Store, name: str, groups: list[dict], *, start_engine: bool = 
 
         def pinned(group: str) -> str | None:  # a pinned group's new nodes are made from its release's box
             if group not in pins:
-                pins[group] = (pinned_box(c.spec, group, registry.releases(c.provider))
-                               if any(g.get("ImageReleaseVersion") for g in c.spec.get("InstanceGroups", [])) else None)
+                version = c.group_spec(group).get("ImageReleaseVersion")
+                pins[group] = pinned_box(version, registry.releases(c.provider)) if version else None
             return pins[group]
 
         for item in groups:

@@ -13,14 +13,9 @@ ClusterAutoPatchConfigDetails. Read-only; the releases are the provider's (lab/b
 from __future__ import annotations
 
 from lab.box import releases as rel
+from lab.engine.patching import META as PATCH_META  # the engine's patch state of a group
 from lab.providers import registry
 from lab.store.db import ClusterRow, GroupRow, NodeRow, Store
-
-PATCH_META = "autopatch:{cluster}:{group}"  # the engine's patch state of a group (lab/engine/patching.py)
-
-
-def group_spec(c: ClusterRow, group: str) -> dict:
-    return next((g for g in c.spec.get("InstanceGroups", []) if g.get("InstanceGroupName") == group), {})
 
 
 def _op_targets(st: Store, cluster: str) -> dict[str, str]:
@@ -48,7 +43,7 @@ class Versions:
         return rel.find(self.releases, version) if version else None
 
     def _desired_of_group(self, group: str, current: str | None) -> str | None:
-        sg = group_spec(self.c, group)
+        sg = self.c.group_spec(group)
         if sg.get("ImageReleaseVersion"):
             return sg["ImageReleaseVersion"]
         moving = {self.targets[n.name] for n in self.by_group.get(group, ()) if n.name in self.targets}
@@ -74,7 +69,7 @@ class Versions:
     def group(self, group: str) -> dict:
         mine = [n.release for n in self.by_group.get(group, ()) if n.release]
         if not mine:
-            pin = group_spec(self.c, group).get("ImageReleaseVersion")
+            pin = self.c.group_spec(group).get("ImageReleaseVersion")
             return {"DesiredImageReleaseVersion": pin} if pin else {}
         current = min(mine, key=rel.version_key)
         out = {"CurrentImageReleaseVersion": current,
@@ -91,7 +86,7 @@ class Versions:
 def auto_patch_details(st: Store, c: ClusterRow, group: str) -> dict | None:
     """The group's AutoPatchConfig as DescribeCluster shows it (ClusterAutoPatchConfigDetails): the
     request's fields, the patch date the user asked for (Desired) and the one the engine keeps (Current)."""
-    cfg = group_spec(c, group).get("AutoPatchConfig")
+    cfg = c.group_spec(group).get("AutoPatchConfig")
     if not cfg:
         return None
     out = {k: v for k, v in cfg.items() if k != "PatchSchedule"}

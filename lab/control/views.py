@@ -208,7 +208,7 @@ def describe_node(st: Store, name: str, node_id: str) -> dict:
     if n is None:
         raise NotFound(f"no node '{node_id}' in cluster '{name}'", "ListClusterNodes shows the node ids")
     g = next((g for g in groups if g.name == n.grp), None)
-    sg = next((x for x in c.spec.get("InstanceGroups", []) if x.get("InstanceGroupName") == n.grp), {})
+    sg = c.group_spec(n.grp)
     out = {
         "InstanceGroupName": n.grp,
         "InstanceId": n.instance_id,

@@ -334,10 +334,11 @@ class Records:
     @staticmethod
     def pinned_box(c: ClusterRow, prov: Provider, group: str) -> str | None:
         """The box of the group's ImageReleaseVersion (None: not pinned: the cluster's box)."""
-        if not any(g.get("ImageReleaseVersion") for g in c.spec.get("InstanceGroups", [])):
+        version = c.group_spec(group).get("ImageReleaseVersion")
+        if not version:
             return None
         try:
-            return pinned_box(c.spec, group, prov.releases())
+            return pinned_box(version, prov.releases())
         except Exception as e:  # noqa: BLE001 - the cluster's box then; the pin was checked when it was set
             log.warning("cluster %s: the releases cannot be read (%s): group %s gets the cluster's box", c.name, e, group)
             return None

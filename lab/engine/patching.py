@@ -49,10 +49,6 @@ DRAIN_TIMEOUT_S = 3600  # DrainPolicy.DrainTimeoutInSeconds' default
 CORDONED, PATCHING, PATCHED, SKIPPED, FAILED = "cordoned", "patching", "patched", "skipped", "failed"
 
 
-def _spec(c: ClusterRow, group: str) -> dict:
-    return next((g for g in c.spec.get("InstanceGroups", []) if g.get("InstanceGroupName") == group), {})
-
-
 class Patching:
     def __init__(self, rec: Records, io: Backends, tasks: Tasks, slurm_view):
         self.rec, self.io, self.tasks = rec, io, tasks
@@ -74,7 +70,7 @@ class Patching:
 
     # ------------------------------------------------------------------ starting
     def _maybe_start(self, c: ClusterRow, gmap: dict[str, GroupRow], nodes: list[NodeRow]) -> None:
-        wanted = [g for g in sorted(gmap) if _spec(c, g).get("AutoPatchConfig")]
+        wanted = [g for g in sorted(gmap) if c.group_spec(g).get("AutoPatchConfig")]
         if not wanted:
             return
         try:
@@ -84,7 +80,7 @@ class Patching:
             return
         now = self.clock()
         for g in wanted:
-            sg = _spec(c, g)
+            sg = c.group_spec(g)
             if sg.get("ImageReleaseVersion") or gmap[g].node_type == "Controller" or gmap[g].status == Status.DELETING:
                 continue  # pinned: left alone; the controller: UpdateClusterSoftware only
             members = [n for n in nodes if n.grp == g and n.phase == Phase.RUNNING and not n.pending

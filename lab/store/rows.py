@@ -25,6 +25,10 @@ class ClusterRow:
     slurm_problem: str | None = None
     slurm_problem_since: float | None = None
 
+    def group_spec(self, group: str) -> dict:
+        """The instance group's entry of the request (spec["InstanceGroups"]); {} when it has none."""
+        return next((g for g in self.spec.get("InstanceGroups", []) if g.get("InstanceGroupName") == group), {})
+
 
 @dataclass
 class GroupRow:
