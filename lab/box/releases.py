@@ -156,6 +156,13 @@ def newest(releases: list[Release], line: str) -> Release | None:
     return max(mine, key=lambda r: version_key(r.version)) if mine else None
 
 
+def newest_of(releases: list[Release], versions) -> Release | None:
+    """The newest available release of the one line `versions` belong to (None: none of them known, or
+    they are of several lines)."""
+    lines = {r.line for v in versions if v and (r := find(releases, v)) is not None}
+    return newest(releases, lines.pop()) if len(lines) == 1 else None
+
+
 def status(releases: list[Release], current: Release | None) -> str | None:
     """HyperPod's ImageVersionStatus of a node on `current` (None: its release is not known)."""
     if current is None:

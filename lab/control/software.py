@@ -19,7 +19,7 @@ from lab.control.pins import release_named
 from lab.engine import daemon
 from lab.control.operations import new_op
 from lab.engine.plan import leaving
-from lab.engine.rolling import AUTOPATCH, UPDATE, batch_size as _batch_size, cluster_box, on_target
+from lab.engine.rolling import AUTOPATCH, UPDATE, batch_size as _batch_size, cluster_box, on_target, update_details
 from lab.control.views import get, named_group
 from lab.errors import Conflict, UsageError
 from lab.providers import registry
@@ -99,16 +99,13 @@ def update_software(st: Store, name: str, groups: list[str] | None = None, deplo
     size = _batch_size(policy, len(todo))
     wait = int((deployment or {}).get("WaitIntervalInSeconds") or 0)
     chosen = [g for g in chosen if g in targets]
-    boxes = {g: targets[g][0] for g in chosen}
-    box = next(iter(boxes.values()), base)
     vers = {g: targets[g][1] for g in chosen if targets[g][1]}
     with st.tx():
         if any(op.kind == UPDATE for op in st.operations(name, "InProgress")):
             raise Conflict(f"cluster '{name}' is already SystemUpdating", "wait until that update ends")
-        op = new_op(name, UPDATE, chosen, todo, details={
-            "Image": box, "Images": boxes, "ImageId": image_id or "default", "Groups": chosen, "BatchSize": size,
-            "Wait": wait, "Batch": [], "Batches": 0, "Trigger": trigger, "Releases": vers,
-            "NodeReleases": {x: vers[n.grp] for n in nodes if (x := n.name) in todo and n.grp in vers}})
+        op = new_op(name, UPDATE, chosen, todo, details=update_details(
+            {g: targets[g][0] for g in chosen}, vers, {n.name: n.grp for n in nodes if n.name in todo}, size, wait,
+            trigger, image_id or "default", base))
         st.add_operation(op)
         st.update_cluster(name, status="SystemUpdating")
         where = ", ".join(f"{g} to {targets[g][1] or targets[g][0]}" for g in chosen)

@@ -33,7 +33,7 @@ from lab.box import releases as rel
 from lab.engine.bookkeeping import Records
 from lab.engine.backends import Backends
 from lab.engine.plan import UPDATE_DRAIN, failed_for_good, leaving
-from lab.engine.rolling import AUTOPATCH, UPDATE
+from lab.engine.rolling import AUTOPATCH, UPDATE, deployment_batch
 from lab.engine.states import Phase, Status
 from lab.engine.tasks import Tasks
 from lab.osutil import epoch, iso_seconds
@@ -85,10 +85,7 @@ class Patching:
                 continue  # pinned: left alone; the controller: UpdateClusterSoftware only
             members = [n for n in nodes if n.grp == g and n.phase == Phase.RUNNING and not n.pending
                        and not leaving(n) and n.release]
-            lines = {r.line for n in members if (r := rel.find(releases, n.release)) is not None}
-            if len(lines) != 1:
-                continue
-            top = rel.newest(releases, lines.pop())
+            top = rel.newest_of(releases, [n.release for n in members])
             todo = [n for n in members if top and rel.version_key(n.release) < rel.version_key(top.version)]
             if not todo:
                 continue
@@ -113,10 +110,7 @@ class Patching:
         drain = cfg.get("DrainPolicy") or {}
         if strategy == "DrainFirst":
             until = now + int(drain.get("DrainTimeoutInSeconds", DRAIN_TIMEOUT_S))
-            size = (((cfg.get("DeploymentConfig") or {}).get("RollingUpdatePolicy") or {}).get("MaximumBatchSize")
-                    or {})
-            batch = max(1, -(-len(todo) * size["Value"] // 100)) if size.get("Type") == "CAPACITY_PERCENTAGE" \
-                else int(size.get("Value") or 1)
+            batch = deployment_batch(cfg.get("DeploymentConfig"), len(todo))
         else:
             until = now + int(cfg.get("IdleWaitWindowInSeconds", IDLE_WAIT_S))
             batch = len(todo)

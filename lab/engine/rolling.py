@@ -172,6 +172,25 @@ class Rollout:
                              + (f": {message}" if message else "") + f"; cluster {c.name} is InService", operation_id=op_id)
 
 
+def deployment_batch(deployment: dict | None, nodes: int) -> int:
+    """The batch a DeploymentConfig gives `nodes` nodes where no request is there to refuse (a schedule, an
+    auto-patch): batch_size, an INSTANCE_COUNT above the nodes (or a bad policy) meaning all of them."""
+    policy = (((deployment or {}).get("RollingUpdatePolicy") or {}).get("MaximumBatchSize")) or {}
+    try:
+        return batch_size(policy, nodes)
+    except UsageError:
+        return nodes
+
+
+def update_details(images: dict[str, str], versions: dict[str, str], node_groups: dict[str, str], size: int,
+                   wait: int, trigger: str, image_id: str = "default", base: str | None = None) -> dict:
+    """An UpdateClusterSoftware operation's details as the Rollout reads them: `images` / `versions` per
+    group, `node_groups` the nodes to update (node -> group), `base` the box when no group is updated."""
+    return {"Image": next(iter(images.values()), base), "Images": images, "ImageId": image_id, "Groups": list(images),
+            "BatchSize": size, "Wait": wait, "Batch": [], "Batches": 0, "Trigger": trigger, "Releases": versions,
+            "NodeReleases": {x: versions[g] for x, g in node_groups.items() if g in versions}}
+
+
 def batch_size(policy: dict, nodes: int) -> int:
     if not policy:
         return 1

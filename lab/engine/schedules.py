@@ -20,9 +20,8 @@ from lab.box import releases as rel
 from lab.engine.bookkeeping import Records
 from lab.engine.backends import Backends
 from lab.engine.plan import leaving
-from lab.engine.rolling import AUTOPATCH, UPDATE, batch_size
+from lab.engine.rolling import AUTOPATCH, UPDATE, deployment_batch, update_details
 from lab.engine.states import Phase, Status
-from lab.errors import UsageError
 from lab.osutil import iso_seconds
 from lab.store.db import ClusterRow, GroupRow, NodeRow
 from lab.store.rows import OperationRow
@@ -88,8 +87,7 @@ class Schedules:
         images, versions, todo = {}, {}, []
         for g in due:
             members = [n for n in nodes if n.grp == g and not leaving(n)]
-            lines = {r.line for n in members if n.release and (r := rel.find(releases, n.release)) is not None}
-            top = rel.newest(releases, lines.pop()) if len(lines) == 1 else None
+            top = rel.newest_of(releases, [n.release for n in members])
             if top is None:
                 continue
             late = [n.name for n in members if n.phase == Phase.RUNNING and n.release != top.version]
@@ -102,18 +100,12 @@ class Schedules:
             return
         chosen = list(images)
         deployment = due[chosen[0]]["deployment"] or {}
-        policy = ((deployment.get("RollingUpdatePolicy") or {}).get("MaximumBatchSize")) or {}
-        try:
-            size = batch_size(policy, len(todo))
-        except UsageError:  # more than the nodes to update: all of them
-            size = len(todo)
+        size = deployment_batch(deployment, len(todo))
         wait = int(deployment.get("WaitIntervalInSeconds") or 0)
         by_group = {n.name: n.grp for n in nodes}
         op = OperationRow(id=str(uuid.uuid4()), cluster=c.name, kind=UPDATE, groups=sorted(chosen), nodes=todo,
-                          status="InProgress", created_at=self.clock(), details={
-                              "Image": images[chosen[0]], "Images": images, "ImageId": "default", "Groups": chosen,
-                              "BatchSize": size, "Wait": wait, "Batch": [], "Batches": 0, "Trigger": TRIGGER,
-                              "Releases": versions, "NodeReleases": {x: versions[by_group[x]] for x in todo}})
+                          status="InProgress", created_at=self.clock(),
+                          details=update_details(images, versions, {x: by_group[x] for x in todo}, size, wait, TRIGGER))
         with self.store.tx():
             self.store.add_operation(op)
             self.store.update_cluster(c.name, status=Status.SYSTEM_UPDATING)
