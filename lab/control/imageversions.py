@@ -38,11 +38,24 @@ class Versions:
         for n in nodes:
             self.by_group.setdefault(n.grp, []).append(n)
         self.groups = groups
+        self._memo: dict[tuple, str | None] = {}  # per group and release, not per node: a listing has 1,000
 
     def _release(self, version: str | None):
         return rel.find(self.releases, version) if version else None
 
+    def _status(self, version: str) -> str | None:
+        key = ("status", version)
+        if key not in self._memo:
+            self._memo[key] = rel.status(self.releases, self._release(version))
+        return self._memo[key]
+
     def _desired_of_group(self, group: str, current: str | None) -> str | None:
+        key = ("desired", group, current)
+        if key not in self._memo:
+            self._memo[key] = self._desired(group, current)
+        return self._memo[key]
+
+    def _desired(self, group: str, current: str | None) -> str | None:
         sg = self.c.group_spec(group)
         if sg.get("ImageReleaseVersion"):
             return sg["ImageReleaseVersion"]
@@ -61,7 +74,7 @@ class Versions:
             return {}
         out = {"CurrentImageReleaseVersion": n.release,
                "DesiredImageReleaseVersion": self.targets.get(n.name) or self._desired_of_group(n.grp, n.release)}
-        st = rel.status(self.releases, self._release(n.release))
+        st = self._status(n.release)
         if st:
             out["ImageVersionStatus"] = st
         return out
@@ -74,7 +87,7 @@ class Versions:
         current = min(mine, key=rel.version_key)
         out = {"CurrentImageReleaseVersion": current,
                "DesiredImageReleaseVersion": self._desired_of_group(group, current)}
-        st = rel.worst(rel.status(self.releases, self._release(v)) for v in set(mine))
+        st = rel.worst(self._status(v) for v in set(mine))
         if st:
             out["ImageVersionStatus"] = st
         return out
