@@ -27,10 +27,10 @@ def _spec(compute_extra: str = "", computes: int = 2) -> str:
                      "    SlurmConfig: {NodeType: Compute, PartitionNames: [dev]}\n" + compute_extra)
 
 
-async def _ready(lab_home, tmp_path, extra: str = "", computes: int = 2) -> SimLab:
+async def _ready(lab_home, tmp_path, extra: str = "", computes: int = 2, text: str | None = None) -> SimLab:
     lab = SimLab(tmp_path)
     lab.prov.image_releases = SimReleases(lab_home / "sim-releases.json")  # the views read the same file
-    lab.create(_spec(extra, computes))
+    lab.create(text if text is not None else _spec(extra, computes))
     await lab.run_until(lambda: lab.full())
     await lab.tick()
     assert lab.st.cluster("demo").status == "InService"
@@ -47,6 +47,16 @@ def _texts(lab) -> list[str]:
 
 def _release(lab, node: str) -> str | None:
     return lab.node(node).release
+
+
+def _patched(lab, node: str, version: str) -> bool:
+    return _release(lab, node) == version and lab.node(node).phase == "running"
+
+
+def _busy_then_new_release(lab):
+    """A job on compute-2, then a newer release of the line: what every auto-patch scenario starts from."""
+    lab.conf.run_job(C2)
+    return lab.prov.image_releases.publish()
 
 
 WHEN_IDLE = "    AutoPatchConfig: {PatchingStrategy: WhenIdle}\n"
@@ -79,10 +89,9 @@ def test_nodes_report_their_release_and_an_update_when_one_appears(lab_home, tmp
 def test_when_idle_patches_the_idle_node_now_and_the_busy_one_after_its_job(lab_home, tmp_path):
     async def go():
         lab = await _ready(lab_home, tmp_path, WHEN_IDLE)
-        lab.conf.run_job(C2)
-        new = lab.prov.image_releases.publish()
+        new = _busy_then_new_release(lab)
         await lab.run_until(lambda: _op(lab) is not None)
-        await lab.run_until(lambda: _release(lab, C1) == new.version and lab.node(C1).phase == "running", max_ticks=600)
+        await lab.run_until(lambda: _patched(lab, C1, new.version), max_ticks=600)
         assert _release(lab, C2) == FIRST.version  # its job still runs: cordoned, not patched
         assert lab.conf.cordoned.get(C2, "").startswith("slurmlab: auto-patch")
         assert lab.conf.jobs[C2] == 1  # never killed
@@ -110,8 +119,7 @@ def test_when_idle_patches_the_idle_node_now_and_the_busy_one_after_its_job(lab_
 def test_when_all_idle_waits_for_every_node(lab_home, tmp_path):
     async def go():
         lab = await _ready(lab_home, tmp_path, "    AutoPatchConfig: {PatchingStrategy: WhenAllIdle}\n")
-        lab.conf.run_job(C2)
-        new = lab.prov.image_releases.publish()
+        new = _busy_then_new_release(lab)
         await lab.run_until(lambda: _op(lab) is not None and _op(lab).details.get("Cordoned"))
         await lab.ticks(60)
         assert _release(lab, C1) == FIRST.version  # idle, but its neighbour is not
@@ -130,8 +138,7 @@ def test_when_all_idle_gives_up_after_the_idle_window(lab_home, tmp_path):
     async def go():
         lab = await _ready(lab_home, tmp_path,
                            "    AutoPatchConfig: {PatchingStrategy: WhenAllIdle, IdleWaitWindowInSeconds: 3600}\n")
-        lab.conf.run_job(C2)
-        lab.prov.image_releases.publish()
+        _busy_then_new_release(lab)
         await lab.run_until(lambda: _op(lab) is not None and _op(lab).details.get("Cordoned"))
         lab.clock.advance(3601)
         await lab.run_until(lambda: _op(lab).status != "InProgress")
@@ -154,11 +161,10 @@ DRAIN_FIRST = ("    AutoPatchConfig:\n      PatchingStrategy: DrainFirst\n"
 def test_drain_first_at_the_drain_timeout(lab_home, tmp_path, how):
     async def go():
         lab = await _ready(lab_home, tmp_path, DRAIN_FIRST.format(how=how))
-        lab.conf.run_job(C2)
-        new = lab.prov.image_releases.publish()
+        new = _busy_then_new_release(lab)
         await lab.run_until(lambda: _op(lab) is not None)
         started = _op(lab).details["Started"]
-        await lab.run_until(lambda: _release(lab, C1) == new.version and lab.node(C1).phase == "running", max_ticks=600)
+        await lab.run_until(lambda: _patched(lab, C1, new.version), max_ticks=600)
         assert lab.clock.t < started + 120 and _release(lab, C2) == FIRST.version
         await lab.run_until(lambda: _op(lab).status != "InProgress", max_ticks=900)
         assert lab.clock.t >= started + 120
@@ -289,12 +295,8 @@ def test_update_cluster_turns_auto_patching_on_and_says_so(lab_home, tmp_path):
 
 def test_a_login_group_is_patched_as_it_runs_no_slurm_job(lab_home, tmp_path):
     async def go():
-        lab = SimLab(tmp_path)
-        lab.prov.image_releases = SimReleases(lab_home / "sim-releases.json")
-        lab.create(spec_text().replace("    SlurmConfig: {NodeType: Login}\n",
-                                       "    SlurmConfig: {NodeType: Login}\n" + WHEN_IDLE))
-        await lab.run_until(lambda: lab.full())
-        await lab.tick()
+        lab = await _ready(lab_home, tmp_path, text=spec_text().replace(
+            "    SlurmConfig: {NodeType: Login}\n", "    SlurmConfig: {NodeType: Login}\n" + WHEN_IDLE))
         new = lab.prov.image_releases.publish()
         await lab.run_until(lambda: _op(lab) is not None and _op(lab).status != "InProgress", max_ticks=600)
         assert _op(lab).status == "Completed" and _release(lab, "demo-login-1") == new.version
@@ -308,11 +310,10 @@ def test_a_login_group_is_patched_as_it_runs_no_slurm_job(lab_home, tmp_path):
 def test_a_killed_engine_resumes_the_auto_patch(lab_home, tmp_path):
     async def go():
         lab = await _ready(lab_home, tmp_path, WHEN_IDLE)
-        lab.conf.run_job(C2)
-        new = lab.prov.image_releases.publish()
+        new = _busy_then_new_release(lab)
         await lab.run_until(lambda: lab.node(C1).pending is not None)  # compute-1 on its way out of Slurm
         lab.kill()
-        await lab.run_until(lambda: _release(lab, C1) == new.version and lab.node(C1).phase == "running", max_ticks=600)
+        await lab.run_until(lambda: _patched(lab, C1, new.version), max_ticks=600)
         lab.kill()
         lab.conf.end_job(C2)
         await lab.run_until(lambda: _op(lab).status != "InProgress", max_ticks=600)
@@ -328,8 +329,7 @@ def test_a_node_slurm_shows_drained_with_a_job_on_it_is_not_patched(lab_home, tm
     squeue's job records decide."""
     async def go():
         lab = await _ready(lab_home, tmp_path, WHEN_IDLE)
-        lab.conf.run_job(C2)
-        lab.prov.image_releases.publish()
+        _busy_then_new_release(lab)
         await lab.run_until(lambda: _op(lab) is not None and _op(lab).details.get("Cordoned"))
         lab.conf.broken[C2] = ("drained", "slurmlab: auto-patch")  # what the lying read said
         await lab.ticks(60)
