@@ -188,16 +188,24 @@ def jobs_on(ctx: ClusterContext, nodes: list[str]) -> dict[str, int]:
     ctl = controller(ctx)
     if ctl is None or not nodes:
         return {}
-    cmd = "; ".join(f"echo {shlex.quote(n)} $(squeue -h -w {shlex.quote(n)} -t R,CG,S,CF -o %i | wc -l) "
-                    f"$(squeue -h -w {shlex.quote(n)} -o %i >/dev/null 2>&1 && echo ok)" for n in nodes)
     try:
-        p = run_on(ctx, ctl.address, cmd, 60, shared=True)
+        p = run_on(ctx, ctl.address, jobs_on_command(nodes), 60, shared=True)
     except subprocess.TimeoutExpired:
         return {}
+    return parse_jobs_on(p.stdout)
+
+
+def jobs_on_command(nodes: list[str]) -> str:
+    """One squeue per node; a node whose squeue failed prints nothing (the count and the answer are one call)."""
+    return "; ".join(f"j=$(squeue -h -w {shlex.quote(n)} -t R,CG,S,CF -o %i) && echo {shlex.quote(n)} "
+                     f"$(printf '%s' \"$j\" | grep -c .)" for n in nodes)
+
+
+def parse_jobs_on(text: str) -> dict[str, int]:
     out = {}
-    for line in p.stdout.splitlines():
+    for line in text.splitlines():
         parts = line.split()
-        if len(parts) == 3 and parts[2] == "ok" and parts[1].isdigit():  # squeue answered for that node
+        if len(parts) == 2 and parts[1].isdigit():
             out[parts[0]] = int(parts[1])
     return out
 

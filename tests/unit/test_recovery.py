@@ -171,3 +171,18 @@ def test_a_poll_that_hangs_drops_the_kept_connection_and_says_slurm_does_not_ans
     assert "ServerAliveInterval=5" in calls[0] and len(calls) == 2, calls
     drop = calls[1]
     assert drop[drop.index("-O") + 1] == "exit" and drop[-1] == "vagrant@10.0.0.1", drop
+
+
+def test_jobs_on_counts_each_nodes_jobs_and_leaves_out_a_node_squeue_failed_for(tmp_path):
+    """Auto-patching's last word before a patch (lab/configure/slurmstate.py jobs_on): the shell it sends to
+    the controller, run here against a stand-in squeue."""
+    import subprocess
+
+    from lab.configure.slurmstate import jobs_on_command, parse_jobs_on
+
+    fake = tmp_path / "squeue"
+    fake.write_text('#!/bin/sh\ncase "$3" in busy) printf "28\\n31\\n";; idle) ;; *) echo no >&2; exit 1;; esac\n')
+    fake.chmod(0o755)
+    p = subprocess.run(["sh", "-c", jobs_on_command(["busy", "idle", "gone"])], capture_output=True, text=True,
+                       env={"PATH": f"{tmp_path}:/usr/bin:/bin"})
+    assert parse_jobs_on(p.stdout) == {"busy": 2, "idle": 0}  # "gone": not known, so not idle
