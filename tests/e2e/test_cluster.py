@@ -17,7 +17,8 @@ sagemaker-observability on the running cluster: Active, a student's job in the S
 of every node and of the scale-out's late joiner, Degraded naming a node whose exporter stopped and back,
 the console's charts drawn in Chromium; DeleteClusterExtension leaves no part on any node. Issue 31:
 a student in JupyterLab in headless Chromium through `slurmlab open` (the notebook is their Slurm job,
-a cell's srun runs inside it), and a hub that stops answering shown on the login node and cleared.
+a cell's srun runs inside it), and a hub that stops answering shown on the login node and cleared. Issue 44: the hub and its proxy start again
+with the login node's CPU busy, and neither restarts.
 """
 
 from __future__ import annotations
@@ -339,19 +340,27 @@ def test_a_student_in_jupyterlab_in_a_browser(tmp_path):
     assert "/hub/login" in seen["logged_out_at"]
 
 
-def test_jupyterhub_down_is_shown_on_the_login_node_and_clears():
+def test_jupyterhub_down_is_shown_on_the_login_node_and_clears_and_starts_under_load():
     """Issue 31: the engine asks the login node's hub every 30 s (from the controller, bash /dev/tcp); a
-    hub that does not answer is the login node's message and one Warning event; started again, both go."""
+    hub that does not answer is the login node's message and one Warning event; started again, both go.
+    Issue 44: it starts again with the login node's one vCPU busy (a spinning shell beside it), the proxy
+    first, and neither restarts: a hub that started its proxy itself gave it 10 s and crash-looped."""
     login = f"{NAME}-login-1"
     assert not nodes()[login]["InstanceStatus"].get("Message"), nodes()[login]  # it answers: nothing shown
     mark = _event_ids()
-    on("login", "sudo systemctl stop jupyterhub")
+    on("login", "sudo systemctl stop jupyterhub-proxy")  # the hub requires it: both stop
+    load = "sudo systemd-run --collect -p RuntimeMaxSec=600 --unit slurmlab-cpu-load sh -c 'while :; do :; done'"
     try:
+        assert on("login", "systemctl is-active jupyterhub || true").strip() == "inactive"
         _wait(lambda: (nodes()[login]["InstanceStatus"].get("Message") or "").startswith("JupyterHub does not answer"),
               120, "the login node to say that its hub does not answer")
+        on("login", load)
+        on("login", "sudo systemctl start jupyterhub")  # pulls in the proxy, and waits until its API listens
+        _wait(lambda: not nodes()[login]["InstanceStatus"].get("Message"), 600, "the login node's message to go")
     finally:
-        on("login", "sudo systemctl start jupyterhub")
-    _wait(lambda: not nodes()[login]["InstanceStatus"].get("Message"), 300, "the login node's message to go")
+        on("login", "sudo systemctl stop slurmlab-cpu-load 2>/dev/null; sudo systemctl start jupyterhub")
+    restarts = on("login", "systemctl show -p NRestarts --value jupyterhub-proxy jupyterhub").split()
+    assert restarts == ["0", "0"], (restarts, on("login", "sudo journalctl -u jupyterhub -n 20 --no-pager -o cat"))
     events = [e["Description"] for e in _events_since(mark)]
     assert sum("JupyterHub does not answer" in e for e in events) == 1, events
     assert f"{login}: JupyterHub answers again" in events, events

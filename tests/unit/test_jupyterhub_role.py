@@ -28,7 +28,7 @@ def _render(tmp: Path, extravars: dict | None = None) -> str:
              "connection": "local", "vars": defaults,
              "tasks": [{"name": "Render", "ansible.builtin.template": {
                  "src": f"{ROLE}/templates/{{{{ item }}}}.j2", "dest": f"{out}/{{{{ item }}}}", "mode": "0644"},
-                 "loop": ["jupyterhub_config.py", "dropin.conf", "pam.jupyterhub", "students"]}]}]
+                 "loop": ["jupyterhub_config.py", "dropin.conf", "pam.jupyterhub", "students", "proxy.service"]}]}]
     (tmp / "render.yml").write_text(yaml.safe_dump(play))
     (tmp / "vars.json").write_text(json.dumps(extravars or {}))
     cmd = [_ansible_tool("ansible-playbook"), "-i", str(INVENTORY), str(tmp / "render.yml"), "-e", f"@{tmp / 'vars.json'}",
@@ -162,3 +162,114 @@ def test_the_role_refuses_a_bad_base_url(tmp_path):
            "-e", f"ansible_python_interpreter={sys.executable}"]
     proc = subprocess.run(cmd, cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "jupyterhub_base_url a path" in proc.stdout, proc.stdout[-2000:]
+
+
+# ---------------------------------------------------------------- the proxy, a service of its own (issue 44)
+def test_the_proxy_is_a_service_the_hub_requires_and_does_not_start(rendered_in, monkeypatch):
+    """A hub that starts configurable-http-proxy itself gives it 10 s to listen: on a loaded, emulated login
+    node it took 13 s and the hub crash-looped. The proxy is its own unit, counted started once its API
+    listens, and the hub's unit comes after it and talks to that API with the units' token."""
+    rendered, tmp = rendered_in
+    c, _ = _run(rendered, monkeypatch)
+    proxy = c.ConfigurableHTTPProxy
+    assert proxy.should_start is False and proxy.api_url == "http://127.0.0.1:8001"
+    unit = (tmp / "out" / "proxy.service").read_text()
+    dropin = (tmp / "out" / "dropin.conf").read_text()
+    exec_start = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
+    assert "--api-ip 127.0.0.1 --api-port 8001" in exec_start and "--port 8000" in exec_start
+    assert "--default-target http://127.0.0.1:8081 --error-target http://127.0.0.1:8081/demo/hub/error" in exec_start
+    assert 'ss -Hltn "sport = :8001"' in next(line for line in unit.splitlines() if line.startswith("ExecStartPost="))
+    for line in ("Requires=jupyterhub-proxy.service", "After=jupyterhub-proxy.service",
+                 "EnvironmentFile=/var/lib/jupyterhub/proxy.env", "Restart=on-failure"):
+        assert line in dropin.splitlines(), (line, dropin)
+    assert "EnvironmentFile=/var/lib/jupyterhub/proxy.env" in unit.splitlines()
+
+
+FAKES = {
+    "systemctl": r'''#!/bin/sh
+echo "systemctl $*" >> "$FAKE/calls"
+case "$1" in
+  is-active) cat "$FAKE/active-$2" 2>/dev/null || echo inactive ;;
+  is-enabled) if [ -e "$FAKE/enabled-$2" ]; then echo enabled; else echo disabled; fi ;;
+  enable) touch "$FAKE/enabled-$2" ;;
+  start|restart) shift; for u; do [ ! -e "$FAKE/fail-$u" ] || exit 1; echo active > "$FAKE/active-$u"; done ;;
+  show) echo 3 ;;
+esac
+''',
+    "ss": '#!/bin/sh\n[ ! -e "$FAKE/listen-${2##*:}" ] || echo "LISTEN 0 128 0.0.0.0:${2##*:} 0.0.0.0:*"\n',
+    "journalctl": '#!/bin/sh\necho "the last lines of $2"\n',
+    "timeout": '#!/bin/sh\n[ ! -e "$FAKE/healthy" ] || printf "HTTP/1.1 200 OK\\r\\n"\n',
+}
+
+
+def _hub_script(tmp: Path, fake: Path, wait_s: int = 2) -> subprocess.CompletedProcess:
+    """roles/jupyterhub/files/jupyterhub.sh as tasks/main.yml sends it (install_if_changed in front), present,
+    with stand-ins for the node's commands and its files under tmp."""
+    import base64
+
+    script = "\n".join([(ROOT / "roles/common/files/install-if-changed.sh").read_text(),
+                        (ROLE / "files/jupyterhub.sh").read_text()])
+    files = [base64.b64encode(f"{name} text\n".encode()).decode() for name in ("conf", "pam", "dropin", "unit", "students")]
+    args = ["present", tmp / "etc/slurmlab_config.py", tmp / "pam/jupyterhub", tmp / "systemd/jupyterhub.service.d/slurmlab.conf",
+            tmp / "systemd/jupyterhub-proxy.service", tmp / "data", "8000", "8001", "8081", "/demo/", tmp / "etc/students",
+            str(wait_s), *files]
+    return subprocess.run(["sh", "-c", script, "slurmlab-jupyterhub", *map(str, args)], capture_output=True, text=True,
+                          env={"PATH": f"{fake / 'bin'}:/usr/bin:/bin", "FAKE": str(fake)}, timeout=60)
+
+
+@pytest.fixture
+def fake(tmp_path):
+    fake = tmp_path / "fake"
+    (fake / "bin").mkdir(parents=True)
+    for name, text in FAKES.items():
+        (fake / "bin" / name).write_text(text)
+        (fake / "bin" / name).chmod(0o755)
+    return fake
+
+
+def test_the_script_starts_the_proxy_before_the_hub_and_a_second_run_changes_nothing(tmp_path, fake):
+    for port in ("8000", "8001", "8081"):
+        (fake / f"listen-{port}").touch()
+    (fake / "healthy").touch()
+    first = _hub_script(tmp_path, fake)
+    assert first.returncode == 0, first.stdout + first.stderr
+    calls = (fake / "calls").read_text().splitlines()
+    acts = [c for c in calls if c.split()[1] in ("enable", "daemon-reload", "start", "restart")]
+    assert acts == ["systemctl enable jupyterhub-proxy --no-reload", "systemctl enable jupyterhub --no-reload",
+                    "systemctl daemon-reload", "systemctl restart jupyterhub-proxy", "systemctl start jupyterhub"], calls
+    token = tmp_path / "data" / "proxy.env"
+    assert token.stat().st_mode & 0o777 == 0o600
+    value = token.read_text().strip().removeprefix("CONFIGPROXY_AUTH_TOKEN=")
+    assert len(value) == 64 and int(value, 16) and value not in first.stdout + first.stderr
+    (fake / "calls").unlink()
+    second = _hub_script(tmp_path, fake)
+    assert second.returncode == 0 and "changed" not in second.stdout, second.stdout + second.stderr
+    assert not [c for c in (fake / "calls").read_text().splitlines() if c.split()[1] in ("start", "restart")]
+    assert token.read_text().strip().endswith(value)  # the token is made once
+
+
+def test_a_new_proxy_unit_restarts_the_proxy_and_the_hub_together(tmp_path, fake):
+    for port in ("8000", "8001", "8081"):
+        (fake / f"listen-{port}").touch()
+    (fake / "healthy").touch()
+    assert _hub_script(tmp_path, fake).returncode == 0
+    (tmp_path / "systemd/jupyterhub-proxy.service").write_text("an older unit\n")
+    (fake / "calls").unlink()
+    again = _hub_script(tmp_path, fake)
+    assert again.returncode == 0, again.stdout + again.stderr
+    acts = [c for c in (fake / "calls").read_text().splitlines() if c.split()[1] in ("daemon-reload", "start", "restart")]
+    assert acts == ["systemctl daemon-reload", "systemctl restart jupyterhub-proxy jupyterhub"]
+
+
+@pytest.mark.parametrize(("setup", "said"), [
+    ({"fail-jupyterhub-proxy"}, "the proxy (jupyterhub-proxy) did not start listening on :8001: the last lines of jupyterhub-proxy"),
+    ({"listen-8000", "listen-8001"},
+     "the hub (jupyterhub) does not listen on :8081 after 2 s (restarted 3 times): the last lines of jupyterhub"),
+    ({"listen-8000", "listen-8001", "listen-8081"},
+     "the proxy on :8000 answers 'nothing' for /demo/hub/health after 2 s: the last lines of jupyterhub"),
+])
+def test_a_hub_that_does_not_come_up_is_named_with_its_journal(tmp_path, fake, setup, said):
+    for name in setup:
+        (fake / name).touch()
+    p = _hub_script(tmp_path, fake)
+    assert p.returncode == 1 and f"slurmlab-jupyterhub failed: {said}" in p.stderr, p.stdout + p.stderr

@@ -95,12 +95,14 @@ def hub_health(cluster_name: str, port: int = 8000) -> str:
 
 
 def test_jupyterhub_answers_on_login_when_enabled(cluster, login):
-    """Lab.Jupyter: the hub is active and its proxy answers /NAME/hub/health; without it, no hub runs."""
+    """Lab.Jupyter: the hub and its proxy's service are active and the proxy answers /NAME/hub/health;
+    without it, no hub runs."""
     v = cluster.vars(login)
     if not v.get("slurmlab_jupyter"):
         assert active(cluster, login, "jupyterhub") != "active", f"jupyterhub runs on {login} without Lab.Jupyter"
         return
-    assert active(cluster, login, "jupyterhub") == "active", \
-        f"jupyterhub is not active on {login} (journalctl -u jupyterhub on the node says why)"
+    for unit in ("jupyterhub-proxy", "jupyterhub"):  # the proxy is a service of its own (issue 44)
+        assert active(cluster, login, unit) == "active", \
+            f"{unit} is not active on {login} (journalctl -u {unit} on the node says why)"
     status = cluster.out(login, hub_health(str(v.get("slurmlab_cluster_name"))))
     assert " 200 " in f"{status} ", f"JupyterHub on {login} does not answer /hub/health: {status or 'no answer'}"
