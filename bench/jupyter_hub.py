@@ -15,9 +15,16 @@ forked from its template:
                the cell's `srun hostname`
   hub_rss_mb   the hub and its proxy's resident memory on the login node
 
+With `--starts N` it measures instead whether the hub comes up every time (issue 44): N clusters with
+the hub, one after the other, each until InService, then the hub's /hub/health through its proxy and
+how often systemd restarted the hub and its proxy, then deleted:
+
+  starts[]     inservice_s, health ("answers", or why not), restarts {unit: NRestarts}
+  starts_ok    how many answered 200 with no restart
+
 Output: JSON on stdout and in bench/results/jupyter_hub-<time>.json. Each cluster is deleted after it.
 
-    sudo .venv/bin/python bench/jupyter_hub.py [SPEC]
+    sudo .venv/bin/python bench/jupyter_hub.py [SPEC] [--starts N]
 """
 
 from __future__ import annotations
@@ -55,13 +62,49 @@ def build(spec: Path, name: str, flag: str) -> dict:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    return parse_spec(argv, __doc__, "the cluster spec, with a login group (default examples/cluster.yaml)")
+    def more(ap: argparse.ArgumentParser) -> None:
+        ap.add_argument("--starts", type=int, default=0, metavar="N",
+                        help="instead: N clusters with the hub in a row, each checked for a hub that answers")
+
+    return parse_spec(argv, __doc__, "the cluster spec, with a login group (default examples/cluster.yaml)", more)
+
+
+def one_start(spec: Path, name: str) -> dict:
+    """A cluster with the hub until InService; what its hub answers and how often its units restarted."""
+    from lab.configure import hubstate
+
+    got = build(spec, name, "--jupyter")
+    got.pop("full_s")
+
+    def on(command: str) -> str:
+        return sl("ssh", name, "login", "--", command, timeout=300).stdout
+
+    # the engine's own probe of the hub (through its proxy), asked on the login node itself
+    why = hubstate.parse(on(hubstate.command(name, [("login", "127.0.0.1")])), ["login"]).get("login", "not asked")
+    got["health"] = why or "answers"
+    units = ("jupyterhub-proxy", "jupyterhub")
+    counts = on(f"systemctl show -p NRestarts --value {' '.join(units)}").split()
+    got["restarts"] = dict(zip(units, map(int, counts)))
+    got["ok"] = not why and not any(got["restarts"].values())
+    return got
+
+
+def starts(spec: Path, name: str, n: int, res: dict) -> None:
+    res["starts"] = []
+    for i in range(n):
+        res["starts"].append(one_start(spec, name))
+        say(f"start {i + 1}/{n}: {res['starts'][-1]}")
+        sl("delete-cluster", name, timeout=900)
+    res["starts_ok"] = sum(s["ok"] for s in res["starts"])
 
 
 def main(argv: list[str] | None = None) -> None:
-    spec, name, home, res = start(parse_args(argv).spec, "slurmlab-bench-hub-")
+    args = parse_args(argv)
+    spec, name, home, res = start(args.spec, "slurmlab-bench-hub-")
     try:
-        for way, flag in (("without", "--no-jupyter"), ("with", "--jupyter")):
+        if args.starts:
+            starts(spec, name, args.starts, res)
+        for way, flag in () if args.starts else (("without", "--no-jupyter"), ("with", "--jupyter")):
             res[way] = build(spec, name, flag)
             say(f"{way} the hub: InService in {res[way]['inservice_s']} s, full size in {res[way]['full_s']} s")
             if way == "with":
@@ -78,7 +121,8 @@ def main(argv: list[str] | None = None) -> None:
                 say(f"a student's notebook: job running after {res['session']['running_s']} s, JupyterLab after "
                     f"{res['session']['ready_s']} s; the hub uses {res['hub_rss_mb']} MB")
             sl("delete-cluster", name, timeout=900)
-        conclude(res)
+        if not args.starts:
+            conclude(res)
     except Exception as e:  # noqa: BLE001 - the result says what failed
         res["error"] = str(e)[:2000]
         subprocess.run([sys.executable, "-m", "lab", "delete-cluster", name], cwd=REPO, capture_output=True,
@@ -88,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
     out = REPO / "bench" / "results" / f"jupyter_hub-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.write_text(json.dumps(res, indent=2) + "\n")
     print(json.dumps(res, indent=2))
-    sys.exit(1 if "error" in res else 0)
+    sys.exit(1 if "error" in res or res.get("starts_ok", args.starts) < args.starts else 0)
 
 
 if __name__ == "__main__":

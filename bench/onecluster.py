@@ -16,9 +16,12 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 
 
-def parse_spec(argv: list[str] | None, doc: str, help_text: str) -> argparse.Namespace:
+def parse_spec(argv: list[str] | None, doc: str, help_text: str, more=None) -> argparse.Namespace:
+    """SPEC, and the options `more(parser)` adds."""
     ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("spec", nargs="?", default=str(REPO / "examples" / "cluster.yaml"), help=help_text)
+    if more:
+        more(ap)
     return ap.parse_args(argv)
 
 

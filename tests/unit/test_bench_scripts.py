@@ -568,6 +568,28 @@ def test_jupyter_hub_conclude_and_arguments():
     res = jupyter_hub.conclude({"without": {"inservice_s": 120.0}, "with": {"inservice_s": 190.0}})
     assert res["ratio_inservice"] == 1.583
     assert Path(jupyter_hub.parse_args([]).spec) == REPO / "examples" / "cluster.yaml"
+    assert jupyter_hub.parse_args([]).starts == 0 and jupyter_hub.parse_args(["--starts", "5"]).starts == 5
+
+
+@pytest.mark.parametrize(("health", "restarts", "ok"), [
+    ("HTTP/1.1 200 OK", "0\n0\n", True),
+    ("HTTP/1.1 200 OK", "0\n3\n", False),  # it answers, after a crash loop: not a start that works every time
+    ("HTTP/1.1 503 Service Unavailable", "0\n0\n", False),
+    ("", "0\n0\n", False),
+])
+def test_jupyter_hub_starts_count_a_hub_that_answers_and_never_restarted(monkeypatch, health, restarts, ok):
+    from bench import jupyter_hub
+
+    monkeypatch.setattr(jupyter_hub, "build", lambda spec, name, flag: {"inservice_s": 150.0, "full_s": 170.0})
+
+    def sl(*args, timeout=0):
+        out = restarts if "NRestarts" in args[-1] else f"slurmlab-hub login {health}\n"
+        return subprocess.CompletedProcess(args, 0, out, "")
+
+    monkeypatch.setattr(jupyter_hub, "sl", sl)
+    got = jupyter_hub.one_start(REPO / "examples" / "cluster.yaml", "demo")
+    assert got["ok"] is ok and got["inservice_s"] == 150.0 and "full_s" not in got
+    assert got["restarts"] == dict(zip(("jupyterhub-proxy", "jupyterhub"), map(int, restarts.split())))
 
 
 def test_checkpoint_restore_conclude():
