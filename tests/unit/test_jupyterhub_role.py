@@ -180,7 +180,7 @@ def test_the_proxy_is_a_service_the_hub_requires_and_does_not_start(rendered_in,
     assert "--default-target http://127.0.0.1:8081 --error-target http://127.0.0.1:8081/demo/hub/error" in exec_start
     assert 'ss -Hltn "sport = :8001"' in next(line for line in unit.splitlines() if line.startswith("ExecStartPost="))
     for line in ("Requires=jupyterhub-proxy.service", "After=jupyterhub-proxy.service",
-                 "EnvironmentFile=/var/lib/jupyterhub/proxy.env", "Restart=on-failure"):
+                 "EnvironmentFile=/var/lib/jupyterhub/proxy.env", "RestartSec=5"):
         assert line in dropin.splitlines(), (line, dropin)
     assert "EnvironmentFile=/var/lib/jupyterhub/proxy.env" in unit.splitlines()
 
