@@ -37,8 +37,9 @@ from lab.providers.base import Start
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench"
 SCRIPTS = ["engine_scale", "api_latency", "cluster_timeline", "checkpoint_restore", "faults", "naive", "phases",
-           "timeline_png", "room", "jupyter_hub", "onecluster"]
-CLI_SCRIPTS = ["engine_scale", "api_latency", "cluster_timeline", "checkpoint_restore", "faults", "room", "jupyter_hub"]
+           "timeline_png", "room", "jupyter_hub", "onecluster", "configure_times"]
+CLI_SCRIPTS = ["engine_scale", "api_latency", "cluster_timeline", "checkpoint_restore", "faults", "room", "jupyter_hub",
+               "configure_times"]
 
 
 def test_every_bench_script_is_covered_here():
@@ -738,3 +739,38 @@ def test_room_reads_each_ansible_run_by_playbook_and_host(tmp_path):
 
     cat = Catalog.load()  # the host limits are sized from it: a changed shape must change the bench too
     assert sum(cat.size(g["InstanceType"]).memory_mib for g in req["InstanceGroups"]) == room.CLUSTER_MIB
+
+
+# ------------------------------------------------------------------------------------ configure_times.py
+def _ev(kind, host, task, start=None, end=None, duration=None):
+    data = {"host": host, "task": task}
+    if duration is not None:
+        data.update(start=start, end=end, duration=duration)
+    return {"event": kind, "event_data": data}
+
+
+def test_configure_times_sums_each_host_s_tasks_and_names_the_slowest(tmp_path):
+    from bench import configure_times
+
+    run = tmp_path / "clusters" / "demo" / "ansible" / "20261206-011252-0001-controller"
+    (run / "artifacts" / "x" / "job_events").mkdir(parents=True)
+    events = [
+        {"event": "playbook_on_start", "event_data": {}},
+        _ev("runner_on_ok", "ctl", "Read the node's state", "2026-12-06T01:12:52.000000", "2026-12-06T01:12:55.100000", 3.1),
+        _ev("runner_on_skipped", "ctl", "Set the hostname"),
+        _ev("runner_on_ok", "ctl", "Start MariaDB", "2026-12-06T01:12:55.200000", "2026-12-06T01:13:10.700000", 15.5),
+        _ev("runner_on_failed", "ctl", "Wait for slurmctld", "2026-12-06T01:13:10.800000", "2026-12-06T01:13:12.000000", 1.2),
+        _ev("runner_on_ok", "cmp", "Read the node's state", "2026-12-06T01:12:53.000000", "2026-12-06T01:12:54.000000", 1.0),
+    ]
+    for i, e in enumerate(events):
+        (run / "artifacts" / "x" / "job_events" / f"{i}-e.json").write_text(json.dumps(e))
+    (run / "artifacts" / "x" / "job_events" / "9-broken.json").write_text("{")  # a run killed mid-write
+    runs = configure_times.cluster_runs(tmp_path / "clusters" / "demo")
+    assert [r["playbook"] for r in runs] == ["controller.yml"]
+    r = runs[0]
+    assert r["seconds"] == 20.0 and r["started"] == "2026-12-06T01:12:52.000000"
+    ctl = r["hosts"]["ctl"]
+    assert (ctl["tasks"], ctl["skipped"], ctl["remote_s"]) == (3, 1, 19.8)
+    assert ctl["slowest"] == [[15.5, "Start MariaDB"], [3.1, "Read the node's state"], [1.2, "Wait for slurmctld"]]
+    assert r["hosts"]["cmp"]["tasks"] == 1
+    assert configure_times.cluster_runs(tmp_path / "clusters" / "none") == []
