@@ -59,8 +59,8 @@ class CountingConfigurer(SimConfigurer):
         self.clock = clock
         self.ready_at: dict[str, float] = {}
 
-    async def configure_async(self, ctx, node, node_type, early=False):
-        await super().configure_async(ctx, node, node_type, early)
+    async def configure_async(self, ctx, node, node_type):
+        await super().configure_async(ctx, node, node_type)
         if node_type == "Compute":
             self.ready_at[node] = self.clock()
 

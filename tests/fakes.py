@@ -98,8 +98,8 @@ class FakeConfigurer(Configurer):
         self.calls.append(("health_check", tuple(targets)))
         return {n: [self.unhealthy[n]] if n in self.unhealthy else [] for n in targets}
 
-    def configure(self, ctx, node, node_type, early=False):
-        self.calls.append(("configure early" if early else "configure", node, node_type))
+    def configure(self, ctx, node, node_type):
+        self.calls.append(("configure", node, node_type))
         if self.fail_configure.get(node, 0) > 0:
             self.fail_configure[node] -= 1
             raise ConfigureError(f"nodes.yml failed: {node}: task 'munge key' failed: no such file")

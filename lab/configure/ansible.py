@@ -48,11 +48,8 @@ class AnsibleConfigurer(Configurer):
     def _run(self, ctx: ClusterContext, playbook: str, **kw) -> PlaybookResult:
         return run_playbook(ctx, playbook, workdir=ClusterDir(ctx.name).root, **kw)
 
-    def configure(self, ctx: ClusterContext, node: str, node_type: str, early: bool = False) -> list[PlaybookResult]:
-        # controller.yml and nodes.yml end with the lifecycle play: one run per node. Early (a login
-        # node before the controller runs): nodes.yml without what needs the controller; OnCreate waits too.
-        if early:
-            return [self._run(ctx, "nodes.yml", limit=[node], extravars={"slurmlab_controller_up": False})]
+    def configure(self, ctx: ClusterContext, node: str, node_type: str) -> list[PlaybookResult]:
+        # controller.yml and nodes.yml end with the lifecycle play: one run per node
         return [self._run(ctx, "controller.yml" if node_type == "Controller" else "nodes.yml", limit=[node])]
 
     def join(self, ctx: ClusterContext, batch: list[str]) -> PlaybookResult:

@@ -63,9 +63,8 @@ class Configurer(ABC):
         """What configure/join/leave need about the cluster (None: nothing)."""
 
     @abstractmethod
-    def configure(self, ctx: ClusterContext | None, node: str, node_type: str, early: bool = False) -> list | None:
-        """Configure one node (controller, login or compute); returns results with `warnings`. `early`
-        (login nodes, lab/engine/plan.py EARLY): only what needs no controller; the full run comes later."""
+    def configure(self, ctx: ClusterContext | None, node: str, node_type: str) -> list | None:
+        """Configure one node (controller, login or compute); returns results with `warnings`."""
 
     @abstractmethod
     def join(self, ctx: ClusterContext | None, batch: list[str]) -> Any:
@@ -170,9 +169,8 @@ class Configurer(ABC):
     async def set_clocks_async(self, ctx: ClusterContext | None) -> dict[str, str]:
         return await in_thread(_cluster(ctx), self.set_clocks, ctx)
 
-    async def configure_async(self, ctx: ClusterContext | None, node: str, node_type: str,
-                              early: bool = False) -> list | None:
-        return await in_thread(_cluster(ctx), self.configure, ctx, node, node_type, early)
+    async def configure_async(self, ctx: ClusterContext | None, node: str, node_type: str) -> list | None:
+        return await in_thread(_cluster(ctx), self.configure, ctx, node, node_type)
 
     async def join_async(self, ctx: ClusterContext | None, batch: list[str]) -> Any:
         return await in_thread(_cluster(ctx), self.join, ctx, batch)

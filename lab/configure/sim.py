@@ -144,8 +144,8 @@ class SimConfigurer(Configurer):
             if n not in self.sticky:
                 self.broken.pop(n, None)
 
-    async def configure_async(self, ctx, node: str, node_type: str, early: bool = False) -> None:
-        self.calls.append(("configure early" if early else "configure", node, node_type))
+    async def configure_async(self, ctx, node: str, node_type: str) -> None:
+        self.calls.append(("configure", node, node_type))
         await self.sleep(self.configure_time)
 
     async def join_async(self, ctx, batch: list[str]) -> None:
@@ -175,8 +175,8 @@ class SimConfigurer(Configurer):
         time.sleep(self.health_time)
         return health_faults(faults, op_id, targets)
 
-    def configure(self, ctx, node: str, node_type: str, early: bool = False) -> None:
-        self.calls.append(("configure early" if early else "configure", node, node_type))
+    def configure(self, ctx, node: str, node_type: str) -> None:
+        self.calls.append(("configure", node, node_type))
         time.sleep(self.configure_time)
 
     def join(self, ctx, batch: list[str]) -> None:

@@ -14,7 +14,6 @@ from lab.configure.base import ConfigureError, warnings_of
 from lab.engine.backends import Backends
 from lab.engine.bookkeeping import HEALTH_CHECK, Records, health_outcome
 from lab.engine.plan import (
-    EARLY,
     HEALTH_CHECKING,
     HEALTH_MARKS,
     MOVE_ATTACH,
@@ -115,24 +114,20 @@ class Steps:
             return
         c = self.rec.snap[cluster][0]
         node_type = self.rec.group(cluster, n.grp).node_type
-        early = a.reason == EARLY and node_type == "Login"  # what needs no controller (plan.EARLY)
-        self.store.update_node(cluster, a.node, phase=Phase.CONFIGURING,
-                               message="configuring (Ansible), before the controller" if early else "configuring (Ansible)")
-        results = await self.io.configurer_for(c).configure_async(ctx, n.name, node_type, early=early)
+        self.store.update_node(cluster, a.node, phase=Phase.CONFIGURING, message="configuring (Ansible)")
+        results = await self.io.configurer_for(c).configure_async(ctx, n.name, node_type)
         warnings = warnings_of(results)  # e.g. a boot-time setup that failed: Ansible did it instead
         for w in warnings:
             self.store.add_event(cluster, "Instance", "Warning", f"{a.node}: {w}"[:500], grp=a.group, node=a.node,
                                  operation_id=self.rec.op_of(cluster, a.node, a.group))
         said = f" ({'; '.join(warnings)})"[:400] if warnings else ""
-        if early or node_type == "Compute":
-            # configured_at starts the join batching window (plan.join_wait); the event says when configuring
-            # ended and the wait (for the join, or for the controller) began (bench/cluster_timeline.py reads it)
-            waits, event = (("for the controller", "login configured, waiting for the controller") if early
-                            else ("to join", "compute configured, waiting to join Slurm"))
+        if node_type == "Compute":
+            # configured_at starts the join batching window (plan.join_wait)
             self.store.update_node(cluster, a.node, phase=Phase.CONFIGURED, configured_at=self.clock(),
-                                   message=f"configured, waiting {waits}" + said)
-            self.store.add_event(cluster, "Instance", "Info", f"{a.node}: {event}", grp=a.group, node=a.node,
-                                 operation_id=self.rec.op_of(cluster, a.node, a.group))
+                                   message="configured, waiting to join" + said)
+            # when configuring ended and waiting for the join began (bench/cluster_timeline.py reads it)
+            self.store.add_event(cluster, "Instance", "Info", f"{a.node}: compute configured, waiting to join Slurm",
+                                 grp=a.group, node=a.node, operation_id=self.rec.op_of(cluster, a.node, a.group))
         else:
             self.store.update_node(cluster, a.node, phase=Phase.RUNNING, joined_at=self.clock(), message=said.strip(" ()"),
                                    attempts=0)

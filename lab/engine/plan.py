@@ -15,8 +15,7 @@ remove again, rebooting / replacing -> again.
 
 Order (continuous mode): the controller launches first; the others launch once the controller's VM
 is defined (its name among the observed VMs, any state) or it runs. Compute nodes configure as soon
-as their VM is up; joins wait for the controller. Login nodes configure what needs only the node
-at once (EARLY), then in full once the controller runs (docs/adr/0021).
+as their VM is up; login nodes wait for the controller (sackd needs slurmctld); joins wait for it.
 Configured compute nodes join in batches, one `scontrol reconfigure` each, after a short window
 (`join_wait`).
 """
@@ -45,8 +44,9 @@ UPDATE_DRAIN = "update"
 PENDING = {Phase.PLANNED, Phase.LAUNCHING, Phase.BOOTED, Phase.CONFIGURING, Phase.CONFIGURED, Phase.JOINING, Phase.REBOOTING}
 VM_UP_PHASES = {Phase.BOOTED, Phase.CONFIGURING, Phase.CONFIGURED, Phase.JOINING, Phase.RUNNING}
 LEGACY_ATTEMPTS = 3
-# retry_at of a node whose launch failed permanently (LaunchError, transient=False): Failure until a
-# BatchReplace/Reboot/DeleteClusterNodes; in legacy mode its group cannot reach its count: rollback at once.
+# retry_at of a node whose launch failed permanently (lab.providers.base.LaunchError, transient=False):
+# it stays Failure until BatchReplaceClusterNodes / BatchRebootClusterNodes / BatchDeleteClusterNodes;
+# in legacy mode its group cannot reach its count, so the create or update rolls back at once.
 NO_RETRY = -1.0
 
 # The join batching window: configured compute nodes wait for the ones still configuring, so that
@@ -57,8 +57,6 @@ NO_RETRY = -1.0
 JOIN_QUIET_S = 10.0
 JOIN_MAX_WAIT_S = 30.0
 JOIN_COMING_PHASES = frozenset({Phase.BOOTED, Phase.CONFIGURING})
-
-EARLY = "early"  # a login node's CONFIGURE before the controller runs: what needs only the node
 
 # Boot slots: at most `boot_slots` VMs of a cluster boot at once (phase `launching`), the rest wait
 # for a slot in this order: the controller (it gates everything), login nodes (they gate
@@ -141,7 +139,8 @@ def join_wait(batch: list[NodeRow], others_coming: bool, now: float,
               quiet_s: float = JOIN_QUIET_S, max_wait_s: float = JOIN_MAX_WAIT_S) -> tuple[float, str]:
     """(seconds until the batch may join, 0.0 = now; the rule that decides). `batch`: the compute nodes
     in phase configured / joining; `others_coming`: another compute node of the cluster is in
-    JOIN_COMING_PHASES. No configured_at (an old row) counts as configured long ago."""
+    JOIN_COMING_PHASES. A node with no configured_at (a row older than the column) counts as
+    configured long ago."""
     if any(n.phase == Phase.JOINING for n in batch):
         return 0.0, "resume"  # a join cut short (engine killed): finish it at once
     if not others_coming:
@@ -273,7 +272,7 @@ def plan(
 
     # 3. per node, the next step. Continuous: the controller first; the others launch once its VM is
     # defined. Legacy: every VM launches at once. Compute nodes configure as soon as they are up (the
-    # playbook needs only the node); login nodes EARLY, then in full once the controller runs.
+    # playbook needs only the node); login nodes wait for the controller (sackd needs slurmctld).
     batch: list[NodeRow] = []
     checks: list[str] = []  # running nodes a deep health check waits for (one task per cluster at a time)
     detach: list[str] = []  # running nodes moving to another group or to a new box: out of Slurm first
@@ -330,8 +329,8 @@ def plan(
                 # its VM is there (stopped): start it again (it holds its instance); else a new one
                 to_launch.append((order, n, g, not (state is not None and n.booted_at)))
         elif n.phase in (Phase.BOOTED, Phase.CONFIGURING):
-            if may_configure or g.node_type == "Login":
-                p.actions.append(Action(Kind.CONFIGURE, node=n.name, group=n.grp, reason="" if may_configure else EARLY))
+            if may_configure:
+                p.actions.append(Action(Kind.CONFIGURE, node=n.name, group=n.grp))
         elif n.phase in (Phase.CONFIGURED, Phase.JOINING):
             if g.node_type == "Compute":
                 batch.append(n)

@@ -23,8 +23,8 @@ def test_warnings_are_read_from_debug_tasks_only():
 
 
 class WarningConfigurer(SimConfigurer):
-    async def configure_async(self, ctx, node, node_type, early=False):
-        await super().configure_async(ctx, node, node_type, early)
+    async def configure_async(self, ctx, node, node_type):
+        await super().configure_async(ctx, node, node_type)
         if node == "demo-login-1":
             return [SimpleNamespace(warnings=[f"{node}: boot-time setup on {node}: failed: bad credential; "
                                               "Ansible configures the node instead"])]

@@ -180,12 +180,12 @@ def test_a_vm_that_stops_answering_ssh_is_rebooted(tmp_path):
         lab = SimLab(tmp_path)
         real, tries = lab.conf.configure_async, {"n": 0}
 
-        async def configure(ctx, node, node_type, early=False):
+        async def configure(ctx, node, node_type):
             if node == "demo-compute-1" and tries["n"] < 3:
                 tries["n"] += 1
                 raise ConfigureError(f"nodes.yml failed: {node}: task 'Read' unreachable: ssh: No route to host",
                                      {node: "task 'Read' unreachable: ssh: No route to host"})
-            return await real(ctx, node, node_type, early)
+            return await real(ctx, node, node_type)
 
         lab.conf.configure_async = configure
         await _ready(lab, computes=1)

@@ -101,26 +101,16 @@ CASES = [
     Case("legacy: every VM launches at once",
          ALL_PLANNED, {"launch": ["compute-1", "compute-2", "controller-1", "login-1"]}, mode=None),
 
-    # ---- 2. configure: compute nodes as soon as they are up; login nodes too, what needs no controller
-    # (early), then in full after the controller runs
-    Case("continuous: compute configures before the controller runs, login only early",
+    # ---- 2. configure: compute nodes as soon as they are up, login nodes after the controller runs
+    Case("continuous: compute configures before the controller runs, login does not",
          {"controller-1": "configuring", "login-1": "booted", "compute-1": "booted", "compute-2": "configuring"},
-         {"configure": ["compute-1", "compute-2", "login-1 early"]}, busy={"controller-1"}),
-    Case("legacy: compute configures before the controller runs, login only early",
+         {"configure": ["compute-1", "compute-2"]}, busy={"controller-1"}),
+    Case("legacy: compute configures before the controller runs, login does not",
          {"controller-1": "booted", "login-1": "booted", "compute-1": "booted", "compute-2": "booted"},
-         {"configure": ["compute-1", "compute-2", "controller-1", "login-1 early"]}, mode=None),
-    Case("an early configure cut short (engine killed) is resumed early while the controller does not run",
-         {"controller-1": "configuring", "login-1": "configuring", "compute-1": "planned", "compute-2": "planned"},
-         {"configure": ["login-1 early"]}, busy={"controller-1", "compute-1", "compute-2"}),
-    Case("a login node configured early waits for the controller",
-         {"controller-1": "configuring", "login-1": "configured", "compute-1": "configured", "compute-2": "booted"},
-         {"configure": ["compute-2"], "join": []}, busy={"controller-1"}),
-    Case("controller running -> login configures in full",
+         {"configure": ["compute-1", "compute-2", "controller-1"]}, mode=None),
+    Case("controller running -> login configures too",
          {**CTL_UP, "login-1": "booted", "compute-1": "booted", "compute-2": "configuring"},
          {"configure": ["compute-1", "login-1"]}, busy={"compute-2"}),
-    Case("controller running -> a login node configured early is configured in full",
-         {**CTL_UP, "login-1": "configured", "compute-1": "running", "compute-2": "running"},
-         {"configure": ["login-1"], "status": {"cluster": None}}),
     Case("a failed configure is retried at once for compute, after the controller for login",
          {"controller-1": "configuring", "login-1": "failed", "compute-1": "failed", "compute-2": "booted"},
          {"configure": ["compute-1", "compute-2"], "launch": []}, busy={"controller-1"}),
@@ -431,9 +421,8 @@ def test_plan_rules(case: Case):
         elif kind == "status":
             got = {k: p.cluster_status if k == "cluster" else p.group_status.get(k) for k in want}
             assert got == want, f"statuses: {got} != {want}"
-        else:  # a login node's configure before the controller runs: "login-1 early" (planner.EARLY)
-            got = sorted(label(a) + (f" {a.reason}" if a.reason == planner.EARLY else "") for a in p.actions
-                         if a.kind == kind)
+        else:
+            got = sorted(label(a) for a in p.actions if a.kind == kind)
             assert got == sorted(want), f"{kind}: {got} != {want}; all actions {p.actions}"
     if case.join_wait is None:
         assert p.join_wait is None
