@@ -138,6 +138,7 @@ class Lab:
             "ansible_connection": "local", "ansible_become": False, "ansible_python_interpreter": sys.executable,
             "common_hosts_file": str(tmp / "hosts-") + "{{ inventory_hostname }}",
             "common_chrony_file": str(tmp / "chrony-") + "{{ inventory_hostname }}.conf",
+            "common_auto_resume_file": str(tmp / "srun-") + "{{ inventory_hostname }}",
             "slurm_controller_conf_dir": str(self.conf),
             "slurm_controller_conf_owner": getpass.getuser(),
             "slurm_controller_conf_group": grp.getgrgid(os.getgid()).gr_name,

@@ -1,15 +1,17 @@
 #!/bin/sh
 # The probe (tasks/probe.yml): everything the roles common, munge, slurm_node and slurm_controller
-# decide on, as key=value lines. Arguments: the node's name, the cluster's name.
+# decide on, as key=value lines. Arguments: the node's name, the cluster's name, chrony's
+# configuration file, the srun --auto-resume wrapper.
 # Few processes: each one costs ~0.2 s under emulation (builtins cost nothing).
-c="$2"  # ($1, the node's name: the Ansible host compares it)
+c="$2" chrony="$3" srun="$4"  # ($1, the node's name: the Ansible host compares it)
 read -r h < /proc/sys/kernel/hostname; echo "hostname=$h"
 eh=""; [ ! -r /etc/hostname ] || read -r eh < /etc/hostname || true; echo "etc_hostname=$eh"
 sed -n -e '/^127\.0\.1\.1[[:space:]]/s/^/loopback_line=/p' \
   -e "/^# BEGIN slurmlab cluster $c\$/,/^# END slurmlab cluster $c\$/s/^/hosts_block=/p" /etc/hosts
 files=""
-for k in munge_key slurmd sackd slurm_conf cgroup_conf gres_conf; do echo "${k}_sha=absent"; done
-for f in /etc/munge/munge.key /etc/default/slurmd /etc/default/sackd /etc/slurm/slurm.conf /etc/slurm/cgroup.conf /etc/slurm/gres.conf; do
+for k in munge_key slurmd sackd slurm_conf cgroup_conf gres_conf chrony auto_resume; do echo "${k}_sha=absent"; done
+for f in /etc/munge/munge.key /etc/default/slurmd /etc/default/sackd /etc/slurm/slurm.conf /etc/slurm/cgroup.conf /etc/slurm/gres.conf \
+  "$chrony" "$srun"; do
   [ ! -f "$f" ] || files="$files $f"
 done
 # shellcheck disable=SC2086 # $files: the list of paths (none has a space)
@@ -18,6 +20,7 @@ done
     */munge.key) echo "munge_key_sha=$s" ;; */default/slurmd) echo "slurmd_sha=$s" ;;
     */default/sackd) echo "sackd_sha=$s" ;; */slurm.conf) echo "slurm_conf_sha=$s" ;;
     */cgroup.conf) echo "cgroup_conf_sha=$s" ;; */gres.conf) echo "gres_conf_sha=$s" ;;
+    "$chrony") echo "chrony_sha=$s" ;; "$srun") echo "auto_resume_sha=$s" ;;
   esac
 done
 # shellcheck disable=SC2086 # $b below: the unit's Key=Value words
