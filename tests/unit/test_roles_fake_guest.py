@@ -144,6 +144,7 @@ class Lab:
             "slurm_controller_conf_group": grp.getgrgid(os.getgid()).gr_name,
             "slurm_controller_ready_delay": 1, "slurm_controller_drain_delay": 1,
             "nfs_client_mounts": [str(tmp / "home"), str(tmp / "fsx")], "nfs_client_wait_delay": 1,
+            "nfs_client_unit_dir": str(tmp / "units"),
             "slurm_node_join_delay": 1, "slurm_node_client_check": False,
             "slurmlab_lifecycle_dir": str(tmp / "lifecycle"),
             "slurmlab_lifecycle_dest": str(tmp / "lifecycle-dest"),
