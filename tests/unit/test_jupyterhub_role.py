@@ -193,7 +193,7 @@ case "$1" in
   is-enabled) if [ -e "$FAKE/enabled-$2" ]; then echo enabled; else echo disabled; fi ;;
   enable) touch "$FAKE/enabled-$2" ;;
   start|restart) shift; for u; do [ ! -e "$FAKE/fail-$u" ] || exit 1; echo active > "$FAKE/active-$u"; done ;;
-  show) echo 3 ;;
+  show) case "$3" in NeedDaemonReload) if [ -e "$FAKE/stale" ]; then echo yes; else echo no; fi ;; *) echo 3 ;; esac ;;
 esac
 ''',
     "ss": '#!/bin/sh\n[ ! -e "$FAKE/listen-${2##*:}" ] || echo "LISTEN 0 128 0.0.0.0:${2##*:} 0.0.0.0:*"\n',
@@ -235,8 +235,9 @@ def test_the_script_starts_the_proxy_before_the_hub_and_a_second_run_changes_not
     assert first.returncode == 0, first.stdout + first.stderr
     calls = (fake / "calls").read_text().splitlines()
     acts = [c for c in calls if c.split()[1] in ("enable", "daemon-reload", "start", "restart")]
+    # units systemd had not loaded: no daemon-reload (they read their files when they start)
     assert acts == ["systemctl enable jupyterhub-proxy --no-reload", "systemctl enable jupyterhub --no-reload",
-                    "systemctl daemon-reload", "systemctl restart jupyterhub-proxy", "systemctl start jupyterhub"], calls
+                    "systemctl restart jupyterhub-proxy", "systemctl start jupyterhub"], calls
     token = tmp_path / "data" / "proxy.env"
     assert token.stat().st_mode & 0o777 == 0o600
     value = token.read_text().strip().removeprefix("CONFIGPROXY_AUTH_TOKEN=")
@@ -254,6 +255,7 @@ def test_a_new_proxy_unit_restarts_the_proxy_and_the_hub_together(tmp_path, fake
     (fake / "healthy").touch()
     assert _hub_script(tmp_path, fake).returncode == 0
     (tmp_path / "systemd/jupyterhub-proxy.service").write_text("an older unit\n")
+    (fake / "stale").touch()  # systemd holds the older unit: a reload first
     (fake / "calls").unlink()
     again = _hub_script(tmp_path, fake)
     assert again.returncode == 0, again.stdout + again.stderr

@@ -111,7 +111,8 @@ def test_first_run_formats_copies_and_mounts_then_a_rerun_changes_nothing(guest)
         assert f"{_kept(guest, d)} {d} none bind,x-systemd.requires-mounts-for={guest.top} 0 0" in lines
         assert (_kept(guest, d) / "from-the-box").read_text() == d.name  # what the folder held is on the disk
     assert guest.state()["mounted"] == [str(guest.top), *map(str, guest.dirs)]
-    assert "systemctl daemon-reload" in guest.state()["calls"]
+    # mount(8) reads the new lines itself; systemd's generator at the next boot (no reload: issue 42)
+    assert not any(c.startswith("systemctl") for c in guest.state()["calls"])
     before = guest.fstab.read_text()
     guest.set_state(calls=[])
     rc, out = guest.run()

@@ -66,7 +66,11 @@ if [ "$state" = present ]; then
       reload=1
     fi
   done
-  if [ -n "$reload" ]; then systemctl daemon-reload || die "systemctl daemon-reload failed"; fi
+  # a reload only where systemd holds an older copy: a unit not loaded yet reads its files when it
+  # starts (a daemon-reload costs the login node 3-10 s under emulation)
+  if [ -n "$reload" ] && systemctl show -p NeedDaemonReload --value "$PROXY" "$UNIT" | grep -qx yes; then
+    systemctl daemon-reload || die "systemctl daemon-reload failed"
+  fi
   # the proxy first (systemd counts it started once its API listens), then the hub; a new proxy
   # restarts the hub as well, in the same transaction (its routes live in the proxy's memory)
   if [ "$(systemctl is-active "$PROXY")" != active ] || [ -n "$restart_proxy" ]; then
