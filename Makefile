@@ -8,14 +8,18 @@ SPEC   ?= examples/cluster.yaml
 
 .PHONY: setup host box up down test unit lint golden e2e bench clean
 
+# With CI_PHASES=FILE (.ci/run sets it), each step before pytest notes "PHASE SECONDS" there for
+# scripts/ci_times.py; without it, the commands run as they are.
+timed = $(if $(CI_PHASES),s=$$(date +%s); $(2); rc=$$?; echo "$(1) $$(( $$(date +%s) - s ))" >> $(CI_PHASES); exit $$rc,$(2))
+
 setup:            ## Debian packages + virtualenv (idempotent)
-	bash scripts/host-setup.sh
+	$(call timed,setup,bash scripts/host-setup.sh)
 
 host: setup       ## namespace + virtlogd + libvirtd + storage pool (idempotent)
-	$(SL) host up
+	$(call timed,setup,$(SL) host up)
 
 box: host         ## the Debian 13 + Slurm 24.11 box (cached by its inputs) and its warm-start templates
-	$(SL) box build $(BOX_FOR)
+	$(call timed,setup,$(SL) box build $(BOX_FOR))
 
 up: box           ## the main job: build the example cluster, run a job, show how to get in
 	$(SL) up $(SPEC)
@@ -24,9 +28,7 @@ down:             ## delete the example cluster
 	$(SL) delete-cluster demo
 
 lint: setup       ## yamllint, ansible-lint (production profile, offline) and shellcheck on the roles, playbooks and example scripts
-	$(VENV)/bin/yamllint --strict roles playbooks
-	$(VENV)/bin/ansible-lint --offline --profile production playbooks roles
-	shellcheck roles/*/files/*.sh examples/*/*.sh
+	$(call timed,lint,$(VENV)/bin/yamllint --strict roles playbooks && $(VENV)/bin/ansible-lint --offline --profile production playbooks roles && shellcheck roles/*/files/*.sh examples/*/*.sh)
 
 golden: setup     ## regenerate tests/unit/data/*.golden (tests only compare); review git diff after
 	$(PYTHON) -m tests.unit.golden

@@ -1,0 +1,92 @@
+"""Where a test run's time went (issue 43): each phase's seconds and the slowest tests, from pytest's
+JUnit XML and the seconds the Makefile noted for the phases before pytest.
+
+    python scripts/ci_times.py artifacts/junit.xml [--phases artifacts/phases] [--total-s N] [--json OUT]
+
+Phases: setup (packages, virtualenv, libvirtd, the box and its templates) and lint, as `make test` noted
+them (a line "NAME SECONDS" each in --phases); unit, api and e2e, the sums of pytest's own test times
+under tests/unit, tests/api and tests/e2e (set-up and teardown of fixtures included). --json writes
+{"total_s", "phases": {name: seconds}, "tests": {id: seconds}}, the shape of bench/results/ci-<time>.json.
+Standard library only: it runs before and after the virtualenv exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+SLOWEST = 15
+TEST_PHASES = ("unit", "api", "e2e")
+
+
+def test_times(junit: Path) -> dict[str, float]:
+    """test id (tests/<dir>/<file>::<name>) -> seconds."""
+    out: dict[str, float] = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        module = case.get("classname", "").replace(".", "/")
+        name = f"{module}.py::{case.get('name', '')}"
+        out[name] = out.get(name, 0.0) + float(case.get("time") or 0.0)
+    return out
+
+
+def phase_of(test_id: str) -> str:
+    parts = test_id.split("/")
+    return parts[1] if len(parts) > 2 and parts[0] == "tests" and parts[1] in TEST_PHASES else "other"
+
+
+def summary(tests: dict[str, float], before: dict[str, float], total_s: float | None) -> dict:
+    phases = dict(before)
+    for t, s in tests.items():
+        p = phase_of(t)
+        phases[p] = phases.get(p, 0.0) + s
+    res = {"phases": {k: round(v, 1) for k, v in phases.items()}, "tests": {k: round(v, 1) for k, v in tests.items()}}
+    if total_s is not None:
+        res["total_s"] = round(total_s, 1)
+    return res
+
+
+def read_phases(path: Path | None) -> dict[str, float]:
+    out: dict[str, float] = {}
+    if path is None or not path.exists():
+        return out
+    for line in path.read_text().splitlines():
+        f = line.split()
+        if len(f) == 2:
+            try:
+                out[f[0]] = out.get(f[0], 0.0) + float(f[1])
+            except ValueError:
+                continue
+    return out
+
+
+def render(res: dict) -> str:
+    lines = ["ci: time per phase: " + ", ".join(f"{k} {v:.0f} s" for k, v in res["phases"].items())
+             + (f" (total {res['total_s']:.0f} s)" if "total_s" in res else "")]
+    slow = sorted(res["tests"].items(), key=lambda kv: -kv[1])[:SLOWEST]
+    lines.append(f"ci: the {len(slow)} slowest tests:")
+    lines += [f"ci: {s:8.1f} s  {t}" for t, s in slow]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("junit", type=Path)
+    ap.add_argument("--phases", type=Path, help="lines 'NAME SECONDS' noted before pytest (make test)")
+    ap.add_argument("--total-s", type=float)
+    ap.add_argument("--json", type=Path, help="also write the figures here")
+    args = ap.parse_args(argv)
+    if not args.junit.exists():
+        print(f"ci: no {args.junit}: pytest did not get to write it", file=sys.stderr)
+        return 1
+    res = summary(test_times(args.junit), read_phases(args.phases), args.total_s)
+    print(render(res))
+    if args.json:
+        args.json.write_text(json.dumps(res, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""scripts/ci_times.py (issue 43): each phase's time and the slowest tests, from pytest's JUnit XML and the
+phases `make test` noted before pytest."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEC = importlib.util.spec_from_file_location("ci_times", ROOT / "scripts" / "ci_times.py")
+ci_times = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(ci_times)
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" tests="5">
+<testcase classname="tests.unit.test_plan" name="test_plan_rules[a]" time="0.5"/>
+<testcase classname="tests.unit.test_plan" name="test_plan_rules[b]" time="0.25"/>
+<testcase classname="tests.api.test_boto3" name="test_create" time="12.0"/>
+<testcase classname="tests.e2e.test_cluster" name="test_inservice" time="170.0"/>
+<testcase classname="tests.e2e.test_cluster" name="test_rolling_update" time="347.0"><failure message="x"/></testcase>
+</testsuite></testsuites>"""
+
+
+def test_phases_sum_the_tests_under_each_folder_and_the_steps_before_pytest(tmp_path):
+    (tmp_path / "junit.xml").write_text(JUNIT)
+    (tmp_path / "phases").write_text("setup 60\nsetup 5\nsetup 40\nlint 38\nnot a line\n")
+    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "ci_times.py"), str(tmp_path / "junit.xml"),
+                        "--phases", str(tmp_path / "phases"), "--total-s", "700", "--json", str(tmp_path / "t.json")],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    res = json.loads((tmp_path / "t.json").read_text())
+    assert res["phases"] == {"setup": 105.0, "lint": 38.0, "unit": 0.8, "api": 12.0, "e2e": 517.0}
+    assert res["total_s"] == 700.0 and res["tests"]["tests/e2e/test_cluster.py::test_rolling_update"] == 347.0
+    lines = p.stdout.splitlines()
+    assert lines[0] == "ci: time per phase: setup 105 s, lint 38 s, unit 1 s, api 12 s, e2e 517 s (total 700 s)"
+    assert lines[2].endswith("tests/e2e/test_cluster.py::test_rolling_update") and "347.0 s" in lines[2]
+
+
+def test_no_junit_says_so_and_fails(tmp_path):
+    assert ci_times.main([str(tmp_path / "junit.xml")]) == 1
+
+
+def test_at_most_fifteen_slowest():
+    res = ci_times.summary({f"tests/unit/t.py::t{i}": float(i) for i in range(40)}, {}, None)
+    out = ci_times.render(res).splitlines()
+    assert len(out) == 2 + 15 and out[2].endswith("t39")
