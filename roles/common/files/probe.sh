@@ -24,7 +24,7 @@ done
   esac
 done
 # shellcheck disable=SC2086 # $b below: the unit's Key=Value words
-{ systemctl show --property=Id --property=LoadState --property=ActiveState --property=UnitFileState \
+{ systemctl show --property=Id --property=LoadState --property=ActiveState \
     munge slurmd sackd slurmctld; echo; } | while IFS= read -r l; do
   case "$l" in
     "") for x in $b; do echo "${u}_$x"; done; b="" ;;
@@ -32,6 +32,11 @@ done
     *) b="$b $l" ;;
   esac
 done
+# Enabled or not, read from the unit files themselves: `systemctl show`'s UnitFileState is what systemd
+# read at its last load of the unit, and a `systemctl enable --no-reload` (the roles') does not change it
+# until a daemon-reload, which the roles no longer make where nothing else needs one (issue 42)
+systemctl list-unit-files --no-legend munge.service slurmd.service sackd.service slurmctld.service 2>/dev/null \
+  | while read -r n st _; do echo "${n%.service}_UnitFileState=$st"; done
 echo "statesave=$(stat -c %U:%a /var/lib/slurm/slurmctld 2>/dev/null || echo absent)"
 r=no; [ ! -e /etc/slurm/.slurmlab-reconfigure-owed ] || r=yes; echo "reconfigure_owed=$r"
 l=no; [ ! -r /var/lib/slurmlab/lifecycle-on-create.done ] || read -r l < /var/lib/slurmlab/lifecycle-on-create.done || true
