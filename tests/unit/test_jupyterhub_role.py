@@ -202,17 +202,18 @@ esac
 }
 
 
-def _hub_script(tmp: Path, fake: Path, wait_s: int = 2) -> subprocess.CompletedProcess:
+def _hub_script(tmp: Path, fake: Path, wait_s: int = 2, state: str = "present") -> subprocess.CompletedProcess:
     """roles/jupyterhub/files/jupyterhub.sh as tasks/main.yml sends it (install_if_changed in front), present,
     with stand-ins for the node's commands and its files under tmp."""
     import base64
 
     script = "\n".join([(ROOT / "roles/common/files/install-if-changed.sh").read_text(),
+                        (ROOT / "roles/common/files/units-absent.sh").read_text(),
                         (ROLE / "files/jupyterhub.sh").read_text()])
     files = [base64.b64encode(f"{name} text\n".encode()).decode() for name in ("conf", "pam", "dropin", "unit", "students")]
-    args = ["present", tmp / "etc/slurmlab_config.py", tmp / "pam/jupyterhub", tmp / "systemd/jupyterhub.service.d/slurmlab.conf",
+    args = [state, tmp / "etc/slurmlab_config.py", tmp / "pam/jupyterhub", tmp / "systemd/jupyterhub.service.d/slurmlab.conf",
             tmp / "systemd/jupyterhub-proxy.service", tmp / "data", "8000", "8001", "8081", "/demo/", tmp / "etc/students",
-            str(wait_s), *files]
+            str(wait_s), *(files if state == "present" else [])]
     return subprocess.run(["sh", "-c", script, "slurmlab-jupyterhub", *map(str, args)], capture_output=True, text=True,
                           env={"PATH": f"{fake / 'bin'}:/usr/bin:/bin", "FAKE": str(fake)}, timeout=60)
 
@@ -275,3 +276,21 @@ def test_a_hub_that_does_not_come_up_is_named_with_its_journal(tmp_path, fake, s
         (fake / name).touch()
     p = _hub_script(tmp_path, fake)
     assert p.returncode == 1 and f"slurmlab-jupyterhub failed: {said}" in p.stderr, p.stdout + p.stderr
+
+
+def test_absent_stops_both_units_and_removes_what_the_role_wrote(tmp_path, fake):
+    for port in ("8000", "8001", "8081"):
+        (fake / f"listen-{port}").touch()
+    (fake / "healthy").touch()
+    assert _hub_script(tmp_path, fake).returncode == 0
+    (fake / "calls").unlink()
+    gone = _hub_script(tmp_path, fake, state="absent")
+    assert gone.returncode == 0, gone.stdout + gone.stderr
+    calls = (fake / "calls").read_text().splitlines()
+    assert "systemctl disable --now --no-reload jupyterhub" in calls
+    assert "systemctl disable --now --no-reload jupyterhub-proxy" in calls
+    for line in ("jupyterhub stopped", "jupyterhub-proxy stopped", f"{tmp_path / 'systemd/jupyterhub-proxy.service'} removed",
+                 f"{tmp_path / 'data'} removed"):
+        assert f"slurmlab-jupyterhub changed: {line}" in gone.stdout, gone.stdout
+    assert not (tmp_path / "systemd/jupyterhub-proxy.service").exists() and not (tmp_path / "data").exists()
+    assert calls[-1] == "systemctl daemon-reload"  # the units' files went: systemd forgets them

@@ -1,5 +1,5 @@
 #!/bin/sh
-# JupyterHub on one login node (tasks/main.yml). Needs install_if_changed.
+# JupyterHub on one login node (tasks/main.yml). Needs install_if_changed, units_absent and files_absent.
 # The proxy (configurable-http-proxy) is a service of its own, jupyterhub-proxy: systemd starts it
 # first and counts it started only once its API listens (its ExecStartPost); the hub (Debian's
 # jupyterhub.service with a drop-in) requires it and never starts it (should_start = False). A hub
@@ -11,8 +11,9 @@
 # /hub/health; with present: the configuration, the PAM service, the drop-in, the proxy's unit and
 # the students in base64.
 # present: writes what differs, makes the proxy's token once (data folder, 0600), reloads systemd
-# once, starts the proxy and the hub or restarts what changed (not for the students file: the hub
-# reads it at each login), waits until the hub answers /hub/health through the proxy.
+# once if it holds an older copy of a unit, starts the proxy and the hub or restarts what changed
+# (not for the students file: the hub reads it at each login), waits until the hub answers
+# /hub/health through the proxy.
 # absent: stops and disables both, deletes what this role wrote and the hub's data.
 # Prints "slurmlab-jupyterhub changed: ..." per change, "slurmlab-jupyterhub failed: ..." on a failure,
 # which names the part that did not come up and the last lines of its journal.
@@ -110,16 +111,8 @@ if [ "$state" = present ]; then
 fi
 
 [ "$state" = absent ] || die "state must be present or absent, not '$state'"
-for u in "$UNIT" "$PROXY"; do
-  if [ "$(systemctl is-enabled "$u" 2>/dev/null)" = enabled ] || [ "$(systemctl is-active "$u")" != inactive ]; then
-    SYSTEMCTL_SKIP_SYSV=1 systemctl disable --now --no-reload "$u" >/dev/null 2>&1 \
-      || systemctl stop "$u" || die "cannot stop $u"
-    say "$u stopped"
-  fi
-done
-for f in "$dropin" "$proxy_unit" "$conf" "$pam" "$students"; do
-  if [ -e "$f" ]; then rm -f "$f" || die "cannot remove $f"; say "$f removed"; reload=1; fi
-done
+units_absent "$UNIT" "$PROXY"
+files_absent "$dropin" "$proxy_unit" "$conf" "$pam" "$students"
 rmdir "${dropin%/*}" 2>/dev/null
 if [ -e "$data" ]; then rm -rf "$data" || die "cannot remove $data"; say "$data removed"; fi
 if [ -n "$reload" ]; then systemctl daemon-reload || die "systemctl daemon-reload failed"; fi

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The sagemaker-observability extension on one node (tasks/main.yml). Needs install_if_changed.
+# The sagemaker-observability extension on one node (tasks/main.yml). Needs install_if_changed, units_absent and files_absent.
 # Arguments: present|absent, Prometheus's configuration file, its data folder, the Slurm exporter's
 # path, the ports of the node exporter, Prometheus and the Slurm exporter; with present: the node
 # exporter's systemd drop-in in base64 ("-": not a member), then on the controller Prometheus's
@@ -86,16 +86,8 @@ if [ "$state" = present ]; then
 fi
 
 [ "$state" = absent ] || die "state must be present or absent, not '$state'"
-for u in "$PR" "$SE" "$NE"; do
-  if [ "$(systemctl is-enabled "$u" 2>/dev/null)" = enabled ] || [ "$(systemctl is-active "$u")" != inactive ]; then
-    SYSTEMCTL_SKIP_SYSV=1 systemctl disable --now --no-reload "$u" >/dev/null 2>&1 \
-      || systemctl stop "$u" || die "cannot stop $u"
-    say "$u stopped"
-  fi
-done
-for f in "$ne_dropin" "$pr_dropin" "$se_unit" "$pr_conf" "$se_path"; do
-  if [ -e "$f" ]; then rm -f "$f" || die "cannot remove $f"; say "$f removed"; reload=1; fi
-done
+units_absent "$PR" "$SE" "$NE"
+files_absent "$ne_dropin" "$pr_dropin" "$se_unit" "$pr_conf" "$se_path"
 rmdir "${ne_dropin%/*}" "${pr_dropin%/*}" 2>/dev/null
 if [ -e "$pr_data" ]; then rm -rf "$pr_data" || die "cannot remove $pr_data"; say "$pr_data removed"; fi
 if [ -n "$reload" ]; then systemctl daemon-reload || die "systemctl daemon-reload failed"; fi
