@@ -8,6 +8,7 @@ from pathlib import Path
 from lab import users as users_mod
 from lab.store.db import GroupRow, NodeRow
 
+CONTROLLER_ALIAS = "slurmlab-controller"  # lab.providers.vagrantfile.CONTROLLER_ALIAS (the hosts credential)
 GROUP_OF_TYPE = {"Controller": "slurm_controller", "Login": "slurm_login", "Compute": "slurm_compute"}
 
 
@@ -115,6 +116,9 @@ def build(ctx: ClusterContext, joining: list[str] = ()) -> dict:
         "slurmlab_munge_key_src": str(ctx.munge_key),
         "slurmlab_munge_key_sha256": _sha256_of(ctx.munge_key),
         "slurmlab_controller_name": controller,
+        # the controller's other name, the same in every cluster (/etc/hosts): chrony's server and the
+        # NFS units are then the same text everywhere, and role templates hold them (docs/adr/0022)
+        "slurmlab_controller_alias": CONTROLLER_ALIAS,
         "slurmlab_etc_hosts": [{"name": n.name, "address": n.address} for n in sorted(ctx.nodes, key=lambda n: n.name)],
         "slurmlab_slurm_nodes": slurm_nodes(ctx, joining),
         "slurmlab_partitions_default": default_partition(ctx),

@@ -33,10 +33,16 @@ def node_credential(cluster: str, machine: MachineSpec, controller: str) -> str:
     return f"name={machine.name}\nrole={machine.node_type}\ncluster={cluster}\ncontroller={controller}\n"
 
 
+CONTROLLER_ALIAS = "slurmlab-controller"  # roles/common/templates/hosts_block.j2 (slurmlab_controller_alias)
+
+
 def hosts_credential(machines: Sequence[MachineSpec]) -> str:
     """The slurmlab.hosts credential: one 'ADDRESS NAME' line per node, sorted by name (the order of
     roles/common/templates/hosts_block.j2, so Ansible's blockinfile finds nothing to change)."""
-    return "".join(f"{m.address} {m.name}\n" for m in sorted(machines, key=lambda m: m.name) if m.address)
+    lines = [f"{m.address} {m.name}\n" for m in sorted(machines, key=lambda m: m.name) if m.address]
+    # the controller's name in every cluster (chrony's server, the NFS units): role templates hold them
+    lines += [f"{m.address} {CONTROLLER_ALIAS}\n" for m in machines if m.node_type == "Controller" and m.address]
+    return "".join(lines)
 
 
 def qemu_args(cluster: str, machine: MachineSpec, machines: Sequence[MachineSpec], public_key: str,

@@ -74,8 +74,9 @@ def test_a_node_is_set_up_as_the_roles_would_set_it_up(tree, machine):
             slurmlab_hosts=hosts_credential(MACHINES), slurmlab_munge_key=key)
     assert r.returncode == 0, r.stderr
     assert (root / "etc/hostname").read_text() == machine.name + "\n"
-    hosts_block = _role_template("common", "hosts_block.j2",
+    hosts_block = _role_template("common", "hosts_block.j2", slurmlab_controller_name="demo-controller-1",
                                  slurmlab_etc_hosts=[{"name": m.name, "address": m.address} for m in MACHINES])
+    assert hosts_block.splitlines()[-1].endswith(" slurmlab-controller")  # the alias role templates rely on
     assert (root / "etc/hosts").read_text() == _blockinfile(BOX_HOSTS, "demo", hosts_block)
     k = root / "etc/munge/munge.key"
     assert k.read_bytes() == key and k.stat().st_mode & 0o777 == 0o400

@@ -272,6 +272,7 @@ def test_hosts_block_and_daemon_options(rendered):
         "192.0.2.10 demo-controller-1",
         "192.0.2.41 demo-gpu-1",
         "192.0.2.20 demo-login-1",
+        "192.0.2.10 slurmlab-controller",  # the controller's name in every cluster (role templates)
     ]
     assert 'SLURMD_OPTIONS="--conf-server demo-controller-1"' in (rendered / "default-slurmd").read_text()
 

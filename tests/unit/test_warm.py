@@ -132,7 +132,8 @@ def test_identity_archive_holds_what_fork_identity_reads():
     assert len(env["MACHINE_ID"]) == 32 and int(env["MACHINE_ID"], 16) >= 0
     assert got["slurmlab.munge_key"] == b"k" * 1024
     assert b"name=demo-compute-1\nrole=Compute\ncluster=demo\ncontroller=demo-controller-1\n" == got["slurmlab.node"]
-    assert got["slurmlab.hosts"] == b"10.213.7.11 demo-compute-1\n10.213.7.10 demo-controller-1\n"
+    assert got["slurmlab.hosts"] == (b"10.213.7.11 demo-compute-1\n10.213.7.10 demo-controller-1\n"
+                                     b"10.213.7.10 slurmlab-controller\n")
     assert got["slurmlab.authorized_keys"] == b"ssh-ed25519 AAAA lab\n" and len(got["seed"]) == 64
 
 

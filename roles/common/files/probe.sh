@@ -25,7 +25,7 @@ done
 done
 # shellcheck disable=SC2086 # $b below: the unit's Key=Value words
 { systemctl show --property=Id --property=LoadState --property=ActiveState \
-    munge slurmd sackd slurmctld; echo; } | while IFS= read -r l; do
+    munge slurmd sackd slurmctld chrony; echo; } | while IFS= read -r l; do
   case "$l" in
     "") for x in $b; do echo "${u}_$x"; done; b="" ;;
     Id=*) u=${l#Id=}; u=${u%.service} ;;
