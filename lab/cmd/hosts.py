@@ -120,10 +120,16 @@ def _templates_for(box_name: str, progress, specs: list[str]) -> list[str]:
     from lab.spec import load_spec
     from lab.spec.catalog import load_catalog
 
+    from lab.providers.roletemplates import ROLES
+
     shapes, catalog = set(tpl.default_shapes()), load_catalog()
+    roles = {(r, s) for r in ROLES for s in shapes}  # examples/cluster.yaml's, and every role of the defaults
     for path in specs:
-        sizes = [catalog.size(g.instance_type) for g in load_spec(path).InstanceGroups]
-        shapes |= {tpl.Shape(z.vcpus, z.memory_mib) for z in sizes}
+        for g in load_spec(path).InstanceGroups:
+            z = catalog.size(g.instance_type)
+            shapes.add(tpl.Shape(z.vcpus, z.memory_mib))
+            if g.node_type in ROLES:
+                roles.add((g.node_type, tpl.Shape(z.vcpus, z.memory_mib)))
 
     for k in tpl.prune_stale():
         progress(f"removed template {k} (its box or the template recipe changed)")
@@ -145,7 +151,34 @@ def _templates_for(box_name: str, progress, specs: list[str]) -> list[str]:
 
     # one boot per core at once (each template is a VM booting under emulation)
     with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
-        return [k for k in pool.map(one, sorted(shapes, key=str)) if k]
+        made = [k for k in pool.map(one, sorted(shapes, key=str)) if k]
+    return made + _role_templates_for(box_name, progress, roles)
+
+
+def _role_templates_for(box_name: str, progress, roles: set) -> list[str]:
+    """The role templates of `roles` ({(node type, shape)}: docs/adr/0022), built where missing."""
+    from lab.configure import roletemplate
+    from lab.host import kvm
+    from lab.providers import roletemplates as rtpl
+    from lab.providers import templates as tpl
+
+    for k in rtpl.prune_stale():
+        progress(f"removed role template {k} (its template or its roles changed)")
+
+    def one(pair) -> str | None:
+        role, shape = pair
+        t0 = time.monotonic()
+        try:
+            t = rtpl.ensure(box_name, shape, kvm.detect().driver, role, roletemplate.run, progress=progress)
+        except tpl.TemplateError as e:
+            progress(f"{role} role template of {shape} not built (its nodes are fully configured): {e}")
+            return None
+        if time.monotonic() - t0 > 1:
+            progress(f"role template {t.key} ready ({t.meta['timings']})")
+        return t.key
+
+    with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
+        return [k for k in pool.map(one, sorted(roles, key=str)) if k]
 
 
 @box_app.command("templates")

@@ -41,10 +41,15 @@ class PlaybookFailed(ConfigureError):
 
 
 def envvars(ctx: inv.ClusterContext) -> dict[str, str]:
+    return ssh_envvars(ctx.ssh_executable)
+
+
+def ssh_envvars(ssh_executable: str) -> dict[str, str]:
+    """Ansible's environment for VMs reached with `ssh_executable` (a cluster's, or a role template's build)."""
     # ssh's masters (ControlPersist) per namespace: ControlPath's %C hashes the address, not the
     # namespace, and a master left in a lost host's namespace would carry a new VM's connection to
     # the old VM at the same address (found by the second-host e2e)
-    cp = Path("/tmp") / f"slurmlab-cp-{os.getuid()}-{Path(ctx.ssh_executable).name}"
+    cp = Path("/tmp") / f"slurmlab-cp-{os.getuid()}-{Path(ssh_executable).name}"
     cp.mkdir(mode=0o700, exist_ok=True)
     return {
         "ANSIBLE_ROLES_PATH": str(paths.resource("roles")),
@@ -53,7 +58,7 @@ def envvars(ctx: inv.ClusterContext) -> dict[str, str]:
         "ANSIBLE_SSH_ARGS": "-o ControlMaster=auto -o ControlPersist=120s -o UserKnownHostsFile=/dev/null "
                             "-o StrictHostKeyChecking=no -o ServerAliveInterval=15",
         "ANSIBLE_SSH_TRANSFER_METHOD": "piped",
-        "ANSIBLE_SSH_EXECUTABLE": ctx.ssh_executable,
+        "ANSIBLE_SSH_EXECUTABLE": ssh_executable,
         "ANSIBLE_SSH_CONTROL_PATH_DIR": str(cp),  # the ssh plugin's name for it (ANSIBLE_CONTROL_PATH_DIR is read by nothing)
         "ANSIBLE_SSH_RETRIES": "3",
         "ANSIBLE_TIMEOUT": "30",

@@ -87,7 +87,11 @@ class Steps:
         if details.get("warning"):  # e.g. no warm-start template: the node booted cold (docs/adr/0011)
             self.store.add_event(cluster, "Instance", "Warning", f"{a.node}: {details['warning']}"[:500], grp=a.group,
                                  node=a.node, operation_id=op)
-        how = (f" (forked from template {details['template']} in {details['seconds']} s)"
+        if details.get("notice"):  # e.g. no role template yet: full configuration (docs/adr/0022)
+            self.store.add_event(cluster, "Instance", "Info", f"{a.node}: {details['notice']}"[:500], grp=a.group,
+                                 node=a.node, operation_id=op)
+        how = (f" (forked from {'role ' if details.get('role_template') else ''}template {details['template']} "
+               f"in {details['seconds']} s)"
                if details.get("template") else "")
         self._booted(cluster, a, "VM answers ssh", "VM up" + how, op, release=self._release(c, n))
 

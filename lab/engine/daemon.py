@@ -83,7 +83,14 @@ def make_provider(name: str):
     """The provider a cluster was created with (lab/providers/registry.py)."""
     from lab.providers import registry
 
-    return registry.make(name)
+    from lab.providers.vagrant import VagrantProvider
+
+    provider = registry.make(name)
+    if isinstance(provider, VagrantProvider):  # its role templates are built by Ansible (docs/adr/0022)
+        from lab.configure import roletemplate
+
+        provider.warm.configure_template = roletemplate.run
+    return provider
 
 
 def make_configurer(name: str):

@@ -96,8 +96,11 @@ def forks_dir() -> Path:
 
 def fork(conn, *, pool_dir: Path, template: templates.Template, cluster: str, machine: MachineSpec,
          machines: Sequence[MachineSpec], net: ClusterNet, public_key: str, munge_key: bytes | None,
-         state_disk: Path | None = None) -> dict:
-    """Make `machine` a running fork of `template` with its identity; {step: seconds}. Raises ForkError."""
+         state_disk: Path | None = None, description: str | None = None, pad: int = 0) -> dict:
+    """Make `machine` a running fork of `template` with its identity; {step: seconds}. Raises ForkError.
+    `state_disk` is hot-plugged, or, when the template's saved XML holds a state disk (a controller's role
+    template: lab/providers/roletemplates.py), takes its place in the XML. `description` and `pad` serve
+    a role template's build (a VM of no cluster, saved again: room in its XML for its forks')."""
     import libvirt
 
     t = {}
@@ -113,8 +116,12 @@ def fork(conn, *, pool_dir: Path, template: templates.Template, cluster: str, ma
             raise ForkError(f"qemu-img create {overlay} failed: {r.stderr.strip()[-300:]}")
         t["overlay"] = time.monotonic() - t0
         saved = savefile.read(template.memory)
+        in_xml = has_state_disk(saved.xml)
+        if in_xml and state_disk is None:
+            raise ForkError(f"template {template.key} holds a state disk and none was given")
         xml, _ = fork_xml(saved.xml, cluster=cluster, name=machine.name, mac=machine.mac, disk=overlay,
-                                    network=net.name)
+                          network=net.name, state_disk=state_disk if in_xml else None, description=description,
+                          pad=pad)
         forks_dir().mkdir(parents=True, exist_ok=True)
         savefile.copy_with_xml(template.memory, image, xml)
         t["image"] = time.monotonic() - t0 - sum(t.values())
@@ -123,7 +130,7 @@ def fork(conn, *, pool_dir: Path, template: templates.Template, cluster: str, ma
         dom = conn.lookupByName(machine.name)
         t["restore"] = time.monotonic() - t0 - sum(t.values())
         image.unlink(missing_ok=True)
-        if state_disk is not None:
+        if state_disk is not None and not in_xml:
             dom.attachDeviceFlags(state_disk_xml(state_disk),
                                   libvirt.VIR_DOMAIN_AFFECT_LIVE | libvirt.VIR_DOMAIN_AFFECT_CONFIG)
         agent.wait(dom, AGENT_TIMEOUT_S, poll=0.2)
@@ -161,26 +168,48 @@ def _undo(conn, name: str, overlay: Path) -> None:
     overlay.unlink(missing_ok=True)
 
 
-def fork_xml(template_xml: str, *, cluster: str, name: str, mac: str, disk: Path, network: str) -> tuple[str, str]:
+def _is_state(d) -> bool:
+    from lab.providers.base import STATE_DISK_SERIAL
+
+    return (d.findtext("serial") or "") == STATE_DISK_SERIAL
+
+
+def has_state_disk(template_xml: str) -> bool:
+    """Whether a saved XML holds a state disk (a controller's role template does)."""
+    return any(_is_state(d) for d in ET.fromstring(template_xml).findall("devices/disk"))
+
+
+def fork_xml(template_xml: str, *, cluster: str, name: str, mac: str, disk: Path, network: str,
+             state_disk: Path | None = None, description: str | None = None, pad: int = 0) -> tuple[str, str]:
     """A fork's domain XML from the template's saved one: its own name, UUID, MAC, disk and network, the
-    cluster's description (lab.providers.base.cluster_of), no padding. Returns (xml, uuid)."""
+    cluster's description (lab.providers.base.cluster_of), no padding; the template's state disk, if it
+    has one, is `state_disk`. Returns (xml, uuid)."""
     root_el = ET.fromstring(template_xml)
     new_uuid = str(uuid.uuid4())
     root_el.find("name").text = name
     root_el.find("uuid").text = new_uuid
     desc = root_el.find("description")
-    desc.text = f"slurmlab cluster={cluster}"
+    desc.text = description or f"slurmlab cluster={cluster}"
     md = root_el.find("metadata")
     if md is not None:
         root_el.remove(md)
     md = ET.SubElement(root_el, "metadata")
     ET.SubElement(md, f"{{{templates.PAD_NS}}}fork", {"template": template_name(template_xml)})
-    disks = [d for d in root_el.findall("devices/disk") if d.get("device", "disk") == "disk"]
+    if pad:
+        ET.SubElement(md, f"{{{templates.PAD_NS}}}pad").text = "." * pad
+    all_disks = [d for d in root_el.findall("devices/disk") if d.get("device", "disk") == "disk"]
+    disks = [d for d in all_disks if not _is_state(d)]
+    states = [d for d in all_disks if _is_state(d)]
     if len(disks) != 1 or disks[0].find("source") is None:
-        raise ForkError("the template's XML does not have exactly one disk")
+        raise ForkError("the template's XML does not have exactly one system disk")
+    if len(states) > 1 or (states and state_disk is None):
+        raise ForkError("the template's XML holds a state disk and the fork was given none")
     disks[0].find("source").set("file", str(disk))
-    for bs in disks[0].findall("backingStore"):
-        disks[0].remove(bs)
+    for d in states:
+        d.find("source").set("file", str(state_disk))
+    for d in disks + states:
+        for bs in d.findall("backingStore"):
+            d.remove(bs)
     ifaces = root_el.findall("devices/interface")
     if len(ifaces) != 1:
         raise ForkError("the template's XML does not have exactly one network interface")

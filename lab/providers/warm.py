@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from lab import paths
 from lab.host import kvm, libvirtd
-from lab.providers import fork, placement, templates
+from lab.providers import fork, placement, roletemplates, templates
 from lab.providers.base import ClusterNet, LaunchError, MachineSpec, Observed, Start
 from lab.workspace import ClusterDir
 
@@ -45,10 +45,54 @@ def box_supports(box: str) -> str | None:
     return None
 
 
+BACKGROUND_NICE = 10  # a role template built while clusters are made runs behind their VMs
+
+
 class WarmStart:
     def __init__(self) -> None:
         self._prebuilding: set[str] = set()
         self._lock = threading.Lock()
+        # what runs template.yml on a role template's build VM (lab/configure/roletemplate.run, given by
+        # the engine: this package runs no Ansible); None: role templates are used, never built
+        self.configure_template: roletemplates.Configure | None = None
+
+    def role_template(self, cluster: str, machine: MachineSpec, box: str) -> tuple[roletemplates.RoleTemplate | None, str]:
+        """The role template `machine` is forked from, or None and why (it is then forked from the plain
+        template and fully configured; a missing role template starts building in the background)."""
+        if machine.node_type not in roletemplates.ROLES:
+            return None, "not a Slurm node"
+        if machine.state_disk and (paths.pool_dir() / machine.state_disk).exists():
+            return None, "its state disk holds the cluster's state (a role template's memory expects its own)"
+        driver = kvm.detect().driver
+        shape = shape_of(machine)
+        t = roletemplates.find(box, shape, driver, machine.node_type)
+        if t is not None:
+            return t, ""
+        if (why := roletemplates.failure(box, shape, driver, machine.node_type)) is not None:
+            return None, f"its role template failed to build: {why[:200]} (slurmlab box templates --rebuild)"
+        self._build_role_in_background(box, shape, driver, machine.node_type)
+        return None, f"no {machine.node_type} role template of {shape} yet: it builds in the background"
+
+    def _build_role_in_background(self, box: str, shape: templates.Shape, driver: str, role: str) -> None:
+        if self.configure_template is None:
+            return
+        k = f"{box}/{shape}/{role}"
+        with self._lock:
+            if k in self._prebuilding:
+                return
+            self._prebuilding.add(k)
+
+        def build() -> None:
+            try:
+                roletemplates.ensure(box, shape, driver, role, self.configure_template, progress=log.info,
+                                     nice=BACKGROUND_NICE)
+            except templates.TemplateError as e:
+                log.warning("%s", e)
+            finally:
+                with self._lock:
+                    self._prebuilding.discard(k)
+
+        threading.Thread(target=build, daemon=True, name=f"role-template-{role}-{shape}").start()
 
     def blocker(self, cluster: str, machine: MachineSpec, box: str) -> str | None:
         """Why `machine` boots cold (None: it is forked)."""
@@ -90,13 +134,18 @@ class WarmStart:
         from lab.providers.reach import ssh_answers
 
         t0 = time.monotonic()
-        tpl = templates.ensure(box, shape_of(machine), kvm.detect().driver, progress=log.info)
+        role_tpl, why_not = self.role_template(cluster, machine, box)
+        tpl = role_tpl or templates.ensure(box, shape_of(machine), kvm.detect().driver, progress=log.info)
         t_tpl = time.monotonic() - t0
         cd = ClusterDir(cluster)
         state = None
+        copied = False
         if machine.state_disk:
             state = paths.pool_dir() / machine.state_disk
-            if not state.exists():
+            if role_tpl is not None:  # a new cluster's state disk: the role template's, formatted and filled
+                roletemplates.copy_state(role_tpl, state)
+                copied = True
+            elif not state.exists():
                 r = subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", str(state), _state_size()],
                                    capture_output=True, text=True)
                 if r.returncode:
@@ -107,6 +156,10 @@ class WarmStart:
                                 machines=machines, net=net, public_key=cd.ssh_key.with_suffix(".pub").read_text(),
                                 munge_key=cd.munge_key.read_bytes(), state_disk=state)
             _refresh_pool(conn)  # the overlay (and a new state disk) become volumes libvirt knows, as Vagrant's are
+        except fork.ForkError:
+            if copied:  # the cold path makes its own state disk
+                state.unlink(missing_ok=True)
+            raise
         finally:
             conn.close()
         t1 = time.monotonic()
@@ -118,9 +171,11 @@ class WarmStart:
         timings["ssh"] = round(time.monotonic() - t1, 2)
         if t_tpl > 1:
             timings["template"] = round(t_tpl, 1)
-        return Observed(machine.name, "running", machine.address,
-                        details={"start": Start.WARM.value, "template": tpl.key, "timings": timings,
-                                 "seconds": round(time.monotonic() - t0, 1)})
+        details = {"start": Start.WARM.value, "template": tpl.key, "timings": timings,
+                   "seconds": round(time.monotonic() - t0, 1), "role_template": role_tpl is not None}
+        if role_tpl is None and machine.node_type in roletemplates.ROLES:
+            details["notice"] = f"forked from the plain template and fully configured: {why_not}"
+        return Observed(machine.name, "running", machine.address, details=details)
 
     # ---------------------------------------------------------------- acting on a fork through libvirt
     @staticmethod
