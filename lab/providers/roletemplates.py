@@ -48,6 +48,9 @@ ROLES: dict[str, tuple[str, tuple[str, ...]]] = {
 ADDRESS = {"Controller": "10.213.0.20", "Login": "10.213.0.21", "Compute": "10.213.0.22"}
 BUILD_CLUSTER = "slurmlab-role-template"  # the build's inventory names no real cluster
 SSH_TIMEOUT_S = 300.0
+# room kept in the build VM's XML, saved with it, for its forks' XML (their names and paths); the plain
+# template's room (templates.PAD_BYTES) holds the build VM's XML with this much padding
+BUILD_PAD = templates.PAD_BYTES // 2
 
 # configure(address, private_key, role, workdir) runs template.yml on the build VM; raises on failure
 Configure = Callable[[str, Path, str, Path], None]
@@ -211,7 +214,7 @@ def _build(t: RoleTemplate, plain: templates.Template, shape: Shape, driver: str
             fork.fork(conn, pool_dir=t.folder, template=plain, cluster=BUILD_CLUSTER, machine=machine,
                       machines=[machine], net=net, public_key=(build_key.with_suffix(".pub")).read_text(),
                       munge_key=None, state_disk=state, description=f"slurmlab role template {t.key}",
-                      pad=templates.PAD_BYTES)
+                      pad=BUILD_PAD)
         except fork.ForkError as e:
             raise TemplateError(f"building role template {t.key}: {e}") from None
         timings["fork"] = round(time.monotonic() - t0, 1)
