@@ -30,11 +30,16 @@ def test_nfs_server_exports_shared_folders(cluster):
 
 
 def test_shared_folders_mounted(cluster, non_controller):
-    """Each shared folder answers (reading it mounts it) and is an NFS mount of the controller's."""
-    server = cluster.slurm_name(cluster.controller)
-    script = ("for p in " + " ".join(SHARED) + "; do timeout 40 ls \"$p/\" >/dev/null 2>&1 || echo \"$p unreadable\"; "
+    """Each shared folder answers (reading it mounts it) and is an NFS mount of the controller's, by the
+    controller's name in every cluster (slurmlab-controller, /etc/hosts: docs/adr/0022)."""
+    server = "slurmlab-controller"
+    script = ("getent hosts slurmlab-controller; "
+              "for p in " + " ".join(SHARED) + "; do timeout 40 ls \"$p/\" >/dev/null 2>&1 || echo \"$p unreadable\"; "
               "findmnt -n -o TARGET,FSTYPE,SOURCE --target \"$p/.\" | tail -n 1; done")
     lines = cluster.out(non_controller, script).splitlines()
+    alias = lines.pop(0).split() if lines and not lines[0].startswith("/") else []
+    assert alias[:1] == [cluster.vars(cluster.controller).get("ansible_host")], \
+        f"{non_controller}: slurmlab-controller resolves to {alias[:1]}, not the controller's address"
     bad = [line for line in lines if "unreadable" in line]
     assert not bad, f"{non_controller}: {bad}"
     mounts = {f[0]: (f[1], f[2]) for f in (line.split() for line in lines) if len(f) == 3}
