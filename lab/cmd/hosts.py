@@ -185,17 +185,22 @@ def _role_templates_for(box_name: str, progress, roles: set) -> list[str]:
 def box_templates(rebuild: bool = typer.Option(False, help="remove every template and forgotten failed builds: "
                                                           "the next fork (or box build) makes them anew"),
                   output: Output = OutputOpt) -> None:
-    """The warm-start templates: one booted, saved VM per box and shape, forked into new nodes (docs/adr/0011)."""
+    """The warm-start templates: one booted, saved VM per box and shape (plain), and per role (role=: the
+    roles' cluster-independent work done), forked into new nodes (docs/adr/0011, 0022)."""
     import shutil
     import time
 
+    from lab.providers import roletemplates as rtpl
     from lab.providers import templates as tpl
 
     if rebuild:
+        for t in rtpl.listing():
+            shutil.rmtree(rtpl.root() / t["key"], ignore_errors=True)
         for t in tpl.listing():
             shutil.rmtree(tpl.root() / t["key"], ignore_errors=True)
         tpl.forget_failures()
-    rows = tpl.listing()
+        rtpl.forget_failures()
+    rows = [{**t, "role": None} for t in tpl.listing()] + rtpl.listing()
     if output == Output.json:
         print_json(rows)
         return
@@ -203,8 +208,10 @@ def box_templates(rebuild: bool = typer.Option(False, help="remove every templat
         out.print("no templates; `slurmlab box build` makes them (or the first warm node of a shape)")
     for t in rows:
         age = (time.time() - t["created"]) / 3600
-        out.print(f"{t['key']}  box={t['box']}  {t['cpus']} vCPU {t['memory_mib']} MiB  {t['driver']}  "
-                  f"{t['size'] / 2**20:.0f} MiB  {age:.1f} h old  boot {t['timings'].get('booted', '?')} s")
+        took = (f"boot {t['timings'].get('booted', '?')} s" if t["role"] is None
+                else f"configured {t['timings'].get('configure', '?')} s")
+        out.print(f"{t['key']}  {'role=' + t['role'] if t['role'] else 'plain'}  box={t['box']}  {t['cpus']} vCPU "
+                  f"{t['memory_mib']} MiB  {t['driver']}  {t['size'] / 2**20:.0f} MiB  {age:.1f} h old  {took}")
 
 
 @box_app.command("list")

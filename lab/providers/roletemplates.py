@@ -20,6 +20,7 @@ configured, while the role template builds in the background (lab/providers/warm
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import logging
@@ -54,6 +55,26 @@ BUILD_PAD = templates.PAD_BYTES // 2
 
 # configure(address, private_key, role, workdir) runs template.yml on the build VM; raises on failure
 Configure = Callable[[str, Path, str, Path], None]
+
+_building: set[str] = set()  # build VMs of this process: ended when it exits (a background build's engine stops)
+
+
+@atexit.register
+def _end_builds() -> None:
+    if not _building:
+        return
+    from lab.host import libvirtd
+    from lab.providers.domains import end_named
+
+    try:
+        conn = libvirtd.connect()
+    except Exception:  # noqa: BLE001 - at exit: the next build of the key ends it (end_named first)
+        return
+    try:
+        for name in list(_building):
+            end_named(conn, name)
+    finally:
+        conn.close()
 
 
 @dataclass(frozen=True)
@@ -200,6 +221,7 @@ def _build(t: RoleTemplate, plain: templates.Template, shape: Shape, driver: str
                           address=ADDRESS[t.role])
     conn = libvirtd.connect()
     timings: dict[str, float] = {}
+    _building.add(name)
     try:
         templates.ensure_network(conn)
         end_named(conn, name)
@@ -255,6 +277,7 @@ def _build(t: RoleTemplate, plain: templates.Template, shape: Shape, driver: str
         raise TemplateError(f"building role template {t.key}: {e}") from None
     finally:
         end_named(conn, name)
+        _building.discard(name)
         conn.close()
         for f in (build_key, build_key.with_suffix(".pub")):
             f.unlink(missing_ok=True)

@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 
 # On the node, as root: packages, enabled and active units, accounts, every file's sha256 under the
-# configuration folders, owners and modes of the folders the roles make. Runtime state (slurmd's
-# credentials, logs, spools) is not configuration and is not read.
+# configuration folders, owners and modes of the folders the roles make (the homes themselves, not what
+# jobs wrote in them). Runtime state (slurmd's credentials, logs, spools) is not configuration.
 FINGERPRINT = r"""sudo sh -c '
 echo "## packages"; dpkg-query -W -f "\${Package} \${Version}\n"
 echo "## enabled"; systemctl list-unit-files --state=enabled --no-legend | awk "{print \$1}"
@@ -17,7 +17,8 @@ echo "## active"; systemctl list-units --state=active --no-legend --plain --type
 echo "## accounts"; getent passwd | awk -F: "{print \$1\":\"\$3\":\"\$4\":\"\$6\":\"\$7}"
 echo "## groups"; getent group | awk -F: "{print \$1\":\"\$3\":\"\$4}"
 echo "## files"; find /etc /usr/local /var/lib/slurmlab /opt -xdev -type f -print0 2>/dev/null | sort -z | xargs -0 sha256sum
-echo "## modes"; find /etc /usr/local /var/lib/slurmlab /home /fsx /var/lib/slurm /var/lib/mysql /srv -maxdepth 2 -xdev -printf "%p %u %g %m %y\n" 2>/dev/null | sort
+echo "## modes"; { find /etc /usr/local /var/lib/slurmlab /var/lib/slurm /var/lib/mysql /srv -maxdepth 2 -xdev -printf "%p %u %g %m %y\n"
+  find /home /fsx -maxdepth 1 -printf "%p %u %g %m %y\n"; } 2>/dev/null | sort
 '"""
 
 # Files whose content is the node's or the cluster's identity, and why.
@@ -39,6 +40,7 @@ IDENTITY_FILES = {
     "/etc/shadow": "the students' password (one per cluster)",
     "/etc/shadow-": "the students' password (one per cluster)",
     "/etc/slurmlab-lifecycle-ran": "what the example OnCreate script writes: the node's name",
+    "/etc/slurm/gres.conf": "the cluster's GPU nodes (a cluster without any has none)",
 }
 # Paths under which names carry the cluster's name (slurmdbd's tables: <cluster>_job_table, ...).
 RUNTIME = ("/var/lib/slurm/slurmd/",)
@@ -66,6 +68,8 @@ def differences(a: str, cluster_a: str, b: str, cluster_b: str) -> dict[str, lis
         diff = [f"- {x}" for x in sorted(la - lb)] + [f"+ {x}" for x in sorted(lb - la)]
         if name == "files":
             diff = [d for d in diff if d.split()[-1] not in IDENTITY_FILES]
+        if name == "modes":
+            diff = [d for d in diff if d.split()[1] not in IDENTITY_FILES]
         diff = [d for d in diff if not any(d.split()[1].startswith(r) or d.split()[-1].startswith(r) for r in RUNTIME)]
         if diff:
             out[name] = diff

@@ -35,3 +35,9 @@ def test_a_package_a_unit_a_file_or_a_mode_more_is_a_difference():
 
 def test_an_unread_fingerprint_is_a_difference():
     assert "fingerprint" in differences("", "demo", "", "plain")
+
+
+def test_a_file_of_the_clusters_own_shape_is_identity_in_both_sections():
+    gres = "eeee  /etc/slurm/gres.conf"
+    a = fp("demo", extra_file=gres).replace("## modes\n", "## modes\n/etc/slurm/gres.conf root root 644 f\n")
+    assert differences(a, "demo", fp("plain"), "plain") == {}

@@ -34,3 +34,6 @@ def test_the_probe_reads_enabled_from_the_unit_files(tmp_path):
     assert "sackd_UnitFileState" not in state  # no unit file: the roles read '' (not enabled)
     assert state["slurmctld_ActiveState"] == "active" and state["slurmctld_LoadState"] == "loaded"
     assert state["chrony_sha"] == "absent" and state["auto_resume_sha"] == "absent"
+    # what roles/accounting and roles/state_disk compare (issue 42: a role template's fork skips both)
+    assert state["slurmdbd_conf_sha"] == "absent" and state["accounting_db"] == "absent"
+    assert " / " in state["mounts"] + " "
