@@ -169,6 +169,7 @@ def _role_templates_for(box_name: str, progress, roles: set) -> list[str]:
         role, shape = pair
         t0 = time.monotonic()
         try:
+            rtpl.forget_failure(box_name, shape, kvm.detect().driver, role)  # asked for: tried again
             t = rtpl.ensure(box_name, shape, kvm.detect().driver, role, roletemplate.run, progress=progress)
         except tpl.TemplateError as e:
             progress(f"{role} role template of {shape} not built (its nodes are fully configured): {e}")

@@ -352,6 +352,11 @@ def prune_stale() -> list[str]:
     return gone
 
 
+def forget_failure(box: str, shape: Shape, driver: str, role: str) -> None:
+    """An explicit build (`slurmlab box build`) tries again what failed before."""
+    (root() / f"{key(box, shape, driver, role)}.failed").unlink(missing_ok=True)
+
+
 def forget_failures() -> list[str]:
     gone = []
     for f in sorted(root().glob("*.failed")) if root().exists() else []:

@@ -41,6 +41,8 @@ IDENTITY_FILES = {
     "/etc/shadow-": "the students' password (one per cluster)",
     "/etc/slurmlab-lifecycle-ran": "what the example OnCreate script writes: the node's name",
     "/etc/slurm/gres.conf": "the cluster's GPU nodes (a cluster without any has none)",
+    "/etc/jupyterhub/slurmlab_config.py": "the cluster's name and its login node's (the hub's address)",
+    "/etc/systemd/system/jupyterhub-proxy.service": "the cluster's name (its description)",
 }
 # Paths under which names carry the cluster's name (slurmdbd's tables: <cluster>_job_table, ...).
 RUNTIME = ("/var/lib/slurm/slurmd/",)

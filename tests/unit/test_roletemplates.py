@@ -103,3 +103,11 @@ def test_builds_at_once_get_their_own_addresses(tree):
     assert c == a
     lb.release()
     lc.release()
+
+
+def test_an_explicit_build_forgets_the_failure_of_its_template(tree):
+    rt.root().mkdir(parents=True)
+    k = rt.key("box", SHAPE, "qemu", "Compute")
+    (rt.root() / f"{k}.failed").write_text("address taken\n")
+    rt.forget_failure("box", SHAPE, "qemu", "Compute")
+    assert rt.failure("box", SHAPE, "qemu", "Compute") is None
