@@ -43,7 +43,8 @@ class Node:
         p = subprocess.run(["sh", "-c", SCRIPT, "slurmlab-nfs-client", server, "nfsvers=4.2,hard,timeo=100", "30",
                             str(self.units), str(self.fstab), str(self.home), str(self.fsx)],
                            capture_output=True, text=True, timeout=60,
-                           env={"PATH": f"{self.fake / 'bin'}:/usr/bin:/bin", "FAKE": str(self.fake)})
+                           env={"PATH": f"{self.fake / 'bin'}:/usr/bin:/bin", "FAKE": str(self.fake),
+                                "SLURMLAB_NFS_MARKER": str(self.fake / "nfs-client.done")})
         assert p.returncode == 0, p.stdout + p.stderr
         return p
 
@@ -91,3 +92,11 @@ def test_the_fstab_block_of_the_role_before_is_removed_with_one_reload(node):
     assert node.fstab.read_text() == "UUID=u-1 / ext4 errors=remount-ro 0 1\n"
     assert node.calls()[0] == "systemctl daemon-reload" and node.calls().count("systemctl daemon-reload") == 1
     assert "the shared folders are units now" in p.stdout
+
+
+def test_a_run_leaves_its_arguments_and_automounts_for_the_probe(node):
+    node.run()
+    args, units = (node.fake / "nfs-client.done").read_text().splitlines()
+    # what roles/nfs_client/tasks/main.yml builds as nfs_client_args and compares with the probe's copy
+    assert args == f"demo-controller-1 nfsvers=4.2,hard,timeo=100 30 {node.units} {node.fstab} {node.home} {node.fsx}"
+    assert units.split() == [node.unit(node.home, "automount"), node.unit(node.fsx, "automount")]

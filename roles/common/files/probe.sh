@@ -49,3 +49,8 @@ a=absent; [ ! -r /var/lib/slurmlab/accounting-db.done ] || read -r a < /var/lib/
 echo "accounting_db=$a"  # roles/accounting's marker: the database and its user exist
 # every mount point, one line (roles/state_disk: its disk and folders mounted already, nothing to run)
 echo "mounts= $(findmnt -rn -o TARGET | tr '\n' ' ')"
+# roles/nfs_client's marker: the arguments of its last run, then its automounts (their states here)
+n=absent nu=""; [ ! -r /var/lib/slurmlab/nfs-client.done ] || { read -r n; read -r nu; } < /var/lib/slurmlab/nfs-client.done || true
+echo "nfs_client=$n"
+# shellcheck disable=SC2086 # $nu: unit names
+echo "nfs_automounts=$([ -z "$nu" ] || systemctl is-active $nu | tr '\n' ' ')"
