@@ -44,7 +44,7 @@ class Node:
                             str(self.units), str(self.fstab), str(self.home), str(self.fsx)],
                            capture_output=True, text=True, timeout=60,
                            env={"PATH": f"{self.fake / 'bin'}:/usr/bin:/bin", "FAKE": str(self.fake),
-                                "SLURMLAB_NFS_MARKER": str(self.fake / "nfs-client.done")})
+                                "NFS_CLIENT_MARKER": str(self.fake / "nfs-client.done")})
         assert p.returncode == 0, p.stdout + p.stderr
         return p
 

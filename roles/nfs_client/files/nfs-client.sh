@@ -7,7 +7,7 @@
 # `systemctl daemon-reload` (its generators), 3 s on an idle emulated node and 10-15 s while the
 # cluster's other nodes configure (issue 42). Reloaded only for a unit that was loaded and changed,
 # and once for the fstab block the role wrote before.
-all="$*" marker="${SLURMLAB_NFS_MARKER:-/var/lib/slurmlab/nfs-client.done}"  # (tests: elsewhere)
+all="$*" marker="${NFS_CLIENT_MARKER:-/var/lib/slurmlab/nfs-client.done}"  # (tests: elsewhere)
 server="$1" options="$2" timeout="$3" dir="$4" fstab="$5"; shift 5
 b='/^# BEGIN slurmlab shared folders$/' e='/^# END slurmlab shared folders$/'
 reload="" units=""
