@@ -13,7 +13,7 @@ Continuous (the engine; from its store):
   join       that event -> joined_at: the batch join (slurm.conf, one reconfigure, slurmd up)
 
 How each VM came up (warm start, docs/adr/0011): the engine's "<node>: VM up" event, with
-"(forked from template <key> in N s)" for a fork; "<node>: booted cold: <why>" (a Warning) when a
+"(forked from template <key> in N s)" for a fork ("from role template": docs/adr/0022); "<node>: booted cold: <why>" (a Warning) when a
 warm node fell back to a cold boot.
 
 Naive (bench/naive.py; from the clock, libvirt and Ansible's events):
@@ -35,7 +35,8 @@ PHASES = ("launch", "boot", "configure", "join")
 JOINED = "joined Slurm with one reconfigure"
 LEFT = "drained and removed from slurm.conf"
 READY_SUFFIXES = (" ready", " configured, waiting to join Slurm")
-VM_UP = re.compile(r"^(?P<node>\S+): VM up(?: \(forked from template (?P<template>\S+) in (?P<seconds>[0-9.]+) s\))?$")
+VM_UP = re.compile(r"^(?P<node>\S+): VM up(?: \(forked from (?P<role>role )?template (?P<template>\S+) in "
+                   r"(?P<seconds>[0-9.]+) s\))?$")
 BOOTED_COLD = ": booted cold: "
 
 # What bench/naive.py reads in Ansible's events (names in playbooks/ and roles/)
@@ -116,7 +117,7 @@ def vm_starts(events) -> dict[str, dict]:
             continue
         d: dict = {"start": "Warm" if m["template"] else "Cold", "at": e.time}
         if m["template"]:
-            d.update(template=m["template"], fork_s=float(m["seconds"]))
+            d.update(template=m["template"], fork_s=float(m["seconds"]), role_template=bool(m["role"]))
         out[m["node"]] = d
     return out
 

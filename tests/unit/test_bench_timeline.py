@@ -218,10 +218,14 @@ def test_vm_starts_and_cold_fallbacks_from_the_engines_event_text():
         _E(63, "c-login-1: rebooted", "c-login-1"),
         _E(64, "node c-login-1 planned (10.0.0.3)", "c-login-1"),
         _E(65, "c-login-1: VM up", "c-compute-1"),  # an event about another node: not the login node's
+        _E(66, "c-login-2: VM up (forked from role template 1cpu-768mib-0a1b-login-9f in 7.5 s)", "c-login-2"),
     ]
     assert ph.vm_starts(events) == {
-        "c-controller-1": {"start": "Warm", "at": T0 + 10, "template": "1cpu-768mib-0a1b2c3d4e5f", "fork_s": 9.4},
+        "c-controller-1": {"start": "Warm", "at": T0 + 10, "template": "1cpu-768mib-0a1b2c3d4e5f", "fork_s": 9.4,
+                           "role_template": False},
         "c-compute-1": {"start": "Cold", "at": T0 + 60},
+        "c-login-2": {"start": "Warm", "at": T0 + 66, "template": "1cpu-768mib-0a1b-login-9f", "fork_s": 7.5,
+                      "role_template": True},
         "c-compute-2": {"start": "Cold", "at": T0 + 62},
     }
     assert ph.cold_fallbacks(events) == {"c-compute-1": "no template: its build failed"}
