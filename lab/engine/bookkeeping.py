@@ -16,7 +16,7 @@ from lab.engine import plan as planner
 from lab.engine import recovery
 from lab.engine.plan import NO_RETRY, Action
 from lab.engine.states import Phase, Status
-from lab.providers.base import MachineSpec, Placement, Provider, in_thread, start_of, state_disk_name
+from lab.providers.base import MachineSpec, Placement, Provider, in_thread, role_templates_of, start_of, state_disk_name
 from lab.store.db import ClusterRow, GroupRow, NodeRow, Store
 
 log = logging.getLogger(__name__)
@@ -353,7 +353,8 @@ class Records:
     async def prepare(self, c: ClusterRow, prov: Provider, gmap: dict[str, GroupRow], nodes: list[NodeRow]) -> None:
         box = (c.spec.get("Lab") or {}).get("Box")
         machines = [MachineSpec(n.name, n.grp, gmap[n.grp].cpus, gmap[n.grp].memory_mib, n.mac, n.address,
-                                gmap[n.grp].node_type, n.image, state_disk_of(c, gmap[n.grp].node_type), start_of(c.spec))
+                                gmap[n.grp].node_type, n.image, state_disk_of(c, gmap[n.grp].node_type), start_of(c.spec),
+                                role_template=role_templates_of(c.spec))
                     for n in nodes if n.grp in gmap and n.address]
         self.dirty.discard(c.name)
         self.prepared.add(c.name)
@@ -363,7 +364,7 @@ class Records:
         g = self.group(cluster, n.grp)
         c = self.snap[cluster][0] if cluster in self.snap else self.store.cluster(cluster)
         return MachineSpec(n.name, n.grp, g.cpus, g.memory_mib, n.mac, n.address, g.node_type, n.image,
-                           state_disk_of(c, g.node_type), start_of(c.spec))
+                           state_disk_of(c, g.node_type), start_of(c.spec), role_template=role_templates_of(c.spec))
 
     def group(self, cluster: str, group: str) -> GroupRow:
         snap = self.snap.get(cluster)

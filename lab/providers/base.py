@@ -55,6 +55,14 @@ class MachineSpec:
     # None: no state disk (other nodes, and clusters made before it)
     state_disk: str | None = None
     start: Start = Start.WARM
+    # may it be forked from its role's template (docs/adr/0022)? Not a HyperPod-shaped node: its lifecycle
+    # scripts set accounting and Slurm up, which a role template would have done before them
+    role_template: bool = True
+
+
+def role_templates_of(spec: dict) -> bool:
+    """Whether the nodes of a cluster (its spec as stored) may be forked from role templates."""
+    return ((spec.get("Lab") or {}).get("NodeEnvironment") or "Lab") != "HyperPod"
 
 
 def start_of(spec: dict) -> Start:

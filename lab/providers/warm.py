@@ -61,6 +61,8 @@ class WarmStart:
         template and fully configured; a missing role template starts building in the background)."""
         if machine.node_type not in roletemplates.ROLES:
             return None, "not a Slurm node"
+        if not machine.role_template:
+            return None, "a HyperPod-shaped node: its lifecycle scripts set it up"
         if machine.state_disk and (paths.pool_dir() / machine.state_disk).exists():
             return None, "its state disk holds the cluster's state (a role template's memory expects its own)"
         driver = kvm.detect().driver

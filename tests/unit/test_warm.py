@@ -292,3 +292,71 @@ def test_two_template_builds_at_once_share_the_network():
     with pytest.raises(libvirt.libvirtError) as raised:
         templates.ensure_network(conn)
     assert raised.value is failure
+
+
+def _with_state_disk(xml: str, path: str = "/tpl/state.qcow2") -> str:
+    root = ET.fromstring(xml)
+    disk = ET.SubElement(root.find("devices"), "disk", {"type": "file", "device": "disk"})
+    ET.SubElement(disk, "source", {"file": path})
+    ET.SubElement(disk, "serial").text = "slurmlab-state"
+    return ET.tostring(root, encoding="unicode")
+
+
+def test_a_role_templates_state_disk_becomes_the_clusters_in_the_forks_xml():
+    """Issue 42: a controller's role template is saved with its state disk; its fork's XML names the
+    cluster's new state disk in its place (no hot-plug), and refuses to fork without one."""
+    from lab.providers.fork import ForkError, has_state_disk
+
+    saved = _with_state_disk(template_xml())
+    assert has_state_disk(saved) and not has_state_disk(template_xml())
+    xml, _ = fork_xml(saved, cluster="demo", name="demo-controller-1", mac="52:54:00:12:34:56",
+                      disk=Path("/pool/demo-controller-1.img"), network="slurmlab-demo",
+                      state_disk=Path("/pool/demo-state-1.qcow2"))
+    sources = {d.findtext("serial") or "system": d.find("source").get("file")
+               for d in ET.fromstring(xml).findall("devices/disk")}
+    assert sources == {"system": "/pool/demo-controller-1.img", "slurmlab-state": "/pool/demo-state-1.qcow2"}
+    with pytest.raises(ForkError, match="state disk"):
+        fork_xml(saved, cluster="demo", name="demo-controller-1", mac="52:54:00:12:34:56",
+                 disk=Path("/pool/x.img"), network="n")
+
+
+def test_a_role_templates_build_vm_keeps_room_and_names_no_cluster():
+    xml, _ = fork_xml(template_xml(), cluster="slurmlab-role-template", name="slurmlab-rtpl-k", mac="52:54:00:fd:00:01",
+                      disk=Path("/tpl/x.img"), network="slurmlab-templates", description="slurmlab role template k",
+                      pad=100)
+    root = ET.fromstring(xml)
+    assert root.findtext("description") == "slurmlab role template k"  # not "slurmlab cluster=...": no cluster's
+
+    class Dom:
+        def XMLDesc(self, flags):
+            return xml
+    assert cluster_of(Dom()) is None
+    assert "." * 100 in xml
+
+
+def test_which_nodes_are_forked_from_role_templates(monkeypatch, tmp_path):
+    from lab import paths
+    from lab.host import kvm
+    from lab.providers import roletemplates
+    from lab.providers.warm import WarmStart
+
+    monkeypatch.setattr(kvm, "detect", lambda: type("K", (), {"driver": "qemu"})())
+    monkeypatch.setattr(paths, "pool_dir", lambda: tmp_path)
+    found = roletemplates.RoleTemplate("k-controller", tmp_path / "k", "Controller")
+    failed: dict[str, str] = {}
+    monkeypatch.setattr(roletemplates, "find", lambda box, shape, driver, role: found)
+    monkeypatch.setattr(roletemplates, "failure", lambda box, shape, driver, role: failed.get(role))
+    w = WarmStart()  # no configure_template: nothing builds in the background here
+    ctl = MachineSpec("demo-controller-1", "controller", 1, 768, "52:54:00:00:00:10", "10.213.7.10", "Controller",
+                      state_disk="demo-state-1.qcow2")
+    assert w.role_template("demo", ctl, "b") == (found, "")
+    (tmp_path / "demo-state-1.qcow2").write_text("a replaced controller's disk")
+    t, why = w.role_template("demo", ctl, "b")
+    assert t is None and "state disk" in why
+    hp = MachineSpec("hp-worker-1", "worker", 1, 768, "52:54:00:00:00:11", "10.213.7.11", "Compute", role_template=False)
+    assert w.role_template("hp", hp, "b")[0] is None
+    failed["Compute"] = "held back"
+    cmp = MachineSpec("demo-compute-1", "compute", 1, 768, "52:54:00:00:00:12", "10.213.7.12", "Compute")
+    t, why = w.role_template("demo", cmp, "b")
+    assert t is None and "held back" in why
+    assert w.role_template("demo", MachineSpec("x", "g", 1, 768, "52:54:00:00:00:13", "10.213.7.13"), "b")[0] is None
