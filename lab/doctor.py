@@ -157,6 +157,29 @@ def _templates() -> tuple[bool, str]:
         return False, f"cannot check: {e}"
 
 
+def _role_templates() -> tuple[bool, str]:
+    """Role templates (docs/adr/0022): each role's of the default shapes exists and did not fail."""
+    from lab import box
+    from lab.host import kvm
+    from lab.providers import roletemplates as rtpl
+    from lab.providers import templates as tpl
+
+    try:
+        driver, missing = kvm.detect().driver, []
+        for shape in tpl.default_shapes():
+            for role in rtpl.ROLES:
+                if (why := rtpl.failure(box.DEFAULT_BOX, shape, driver, role)) is not None:
+                    return False, f"the {role} role template of {shape} failed to build, its nodes are fully configured: {why}"
+                if rtpl.find(box.DEFAULT_BOX, shape, driver, role) is None:
+                    missing.append(f"{role} {shape}")
+        if missing:
+            return False, (f"no role template for {', '.join(missing)} (new or changed roles): those nodes are fully "
+                           "configured until one is built (~20-45 s each)")
+        return True, f"role templates of {', '.join(rtpl.ROLES)}: new nodes arrive with their roles' work done"
+    except Exception as e:  # a probe never crashes doctor
+        return False, f"cannot check: {e}"
+
+
 def _memory() -> tuple[bool, str]:
     avail = meminfo_mib("MemAvailable")
     return avail >= 3072, f"{avail} MiB available (a 4-node lab needs about 3 GiB)"
@@ -186,6 +209,8 @@ def probes() -> list[Probe]:
         Probe("box", "slurmlab box", _box, "slurmlab box build"),
         Probe("templates", "warm-start templates", _templates,
               "slurmlab box build   (after a failed build: slurmlab box templates --rebuild)", WARNING),
+        Probe("role-templates", "role templates", _role_templates,
+              "slurmlab box build   (it builds them, and tries a failed one again)", WARNING),
         Probe("memory", "free memory", _memory, "stop other VMs or programs; use smaller instance types", WARNING),
         Probe("disk", "free disk", _disk,
               "free space, or point SLURMLAB_CACHE / SLURMLAB_HOME / SLURMLAB_POOL_DIR (with SLURMLAB_POOL) elsewhere"),
