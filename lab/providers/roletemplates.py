@@ -79,26 +79,15 @@ def _end_builds() -> None:
 
 
 @dataclass(frozen=True)
-class RoleTemplate:
-    key: str
-    folder: Path
+class RoleTemplate(templates.Template):
+    """A plain template's files (disk.qcow2 over the plain one's disk, mem.save, meta.json), and the
+    controller's state disk."""
+
     role: str
-
-    @property
-    def disk(self) -> Path:
-        return self.folder / "disk.qcow2"
-
-    @property
-    def memory(self) -> Path:
-        return self.folder / "mem.save"
 
     @property
     def state(self) -> Path:
         return self.folder / "state.qcow2"
-
-    @property
-    def meta(self) -> dict:
-        return json.loads((self.folder / "meta.json").read_text())
 
     def is_complete(self) -> bool:
         need = [self.disk, self.memory, self.folder / "meta.json"] + ([self.state] if self.role == "Controller" else [])
@@ -358,8 +347,4 @@ def forget_failure(box: str, shape: Shape, driver: str, role: str) -> None:
 
 
 def forget_failures() -> list[str]:
-    gone = []
-    for f in sorted(root().glob("*.failed")) if root().exists() else []:
-        f.unlink()
-        gone.append(f.name.removesuffix(".failed"))
-    return gone
+    return templates.forget_failures(root())

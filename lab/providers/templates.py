@@ -157,10 +157,12 @@ def ensure(box: str, shape: Shape, driver: str, progress: Callable[[str], None] 
     return t
 
 
-def forget_failures() -> list[str]:
-    """Clear every recorded build failure (the next fork tries again)."""
+def forget_failures(folder: Path | None = None) -> list[str]:
+    """Clear every recorded build failure in `folder` (default: the plain templates'; the next fork
+    tries again)."""
+    folder = folder or root()
     gone = []
-    for f in sorted(root().glob("*.failed")) if root().exists() else []:
+    for f in sorted(folder.glob("*.failed")) if folder.exists() else []:
         f.unlink()
         gone.append(f.name.removesuffix(".failed"))
     return gone

@@ -15,7 +15,7 @@ import logging
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from lab import paths
 from lab.host import kvm, libvirtd
@@ -79,23 +79,28 @@ class WarmStart:
     def _build_role_in_background(self, box: str, shape: templates.Shape, driver: str, role: str) -> None:
         if self.configure_template is None:
             return
-        k = f"{box}/{shape}/{role}"
+        configure = self.configure_template
+        self._in_background(f"{box}/{shape}/{role}", f"role-template-{role}-{shape}",
+                            lambda: roletemplates.ensure(box, shape, driver, role, configure, progress=log.info,
+                                                         nice=BACKGROUND_NICE))
+
+    def _in_background(self, k: str, thread: str, build: Callable[[], object]) -> None:
+        """Run `build` (a template's) in a thread, once at a time per `k`; its TemplateError is logged."""
         with self._lock:
             if k in self._prebuilding:
                 return
             self._prebuilding.add(k)
 
-        def build() -> None:
+        def run() -> None:
             try:
-                roletemplates.ensure(box, shape, driver, role, self.configure_template, progress=log.info,
-                                     nice=BACKGROUND_NICE)
+                build()
             except templates.TemplateError as e:
                 log.warning("%s", e)
             finally:
                 with self._lock:
                     self._prebuilding.discard(k)
 
-        threading.Thread(target=build, daemon=True, name=f"role-template-{role}-{shape}").start()
+        threading.Thread(target=run, daemon=True, name=thread).start()
 
     def blocker(self, cluster: str, machine: MachineSpec, box: str) -> str | None:
         """Why `machine` boots cold (None: it is forked)."""
@@ -113,22 +118,8 @@ class WarmStart:
         for shape in sorted({shape_of(m) for m in machines if m.start == Start.WARM}, key=str):
             if box_supports(box) or templates.failure(box, shape, driver) or templates.find(box, shape, driver):
                 continue
-            k = f"{box}/{shape}"
-            with self._lock:
-                if k in self._prebuilding:
-                    continue
-                self._prebuilding.add(k)
-            threading.Thread(target=self._build, args=(box, shape, driver, k), daemon=True,
-                             name=f"template-{shape}").start()
-
-    def _build(self, box: str, shape: templates.Shape, driver: str, k: str) -> None:
-        try:
-            templates.ensure(box, shape, driver, progress=log.info)
-        except templates.TemplateError as e:
-            log.warning("%s", e)
-        finally:
-            with self._lock:
-                self._prebuilding.discard(k)
+            self._in_background(f"{box}/{shape}", f"template-{shape}",
+                                lambda s=shape: templates.ensure(box, s, driver, progress=log.info))
 
     def start(self, cluster: str, machine: MachineSpec, machines: Sequence[MachineSpec], net: ClusterNet,
               box: str) -> Observed:
