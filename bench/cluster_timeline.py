@@ -216,7 +216,7 @@ def continuous(spec: Path, way: str = "warm", scale_n: int = 1) -> dict:
     """Create the cluster through the CLI and the engine, measure, scale out, delete it."""
     from bench import phases as ph
     from bench.naive import srun_once
-    from lab.engine import daemon
+    from lab.engine import daemon, slots
     from lab.spec import load_spec
 
     name = load_spec(spec).name
@@ -286,7 +286,8 @@ def continuous(spec: Path, way: str = "warm", scale_n: int = 1) -> dict:
             result["controller_boot_to_ssh_s"] = round(ctl.booted_at - ctl.launched_at, 1)
             result["controller_ssh_to_serving_s"] = round(ctl.joined_at - ctl.booted_at, 1)
         result["controller_nice"] = os.environ.get("SLURMLAB_CONTROLLER_NICE", "-5 (default)")
-        result["boot_slots"] = daemon.boot_slots().get("vagrant")  # None: every VM boots at once
+        result["boot_slots"] = slots.boot_slots().get("vagrant")  # None: every VM boots at once
+        result["fork_slots"] = slots.fork_slots().get("vagrant")
         say(f"{way}: {result['forked']} of {len(nodes)} nodes forked"
             + (f"; booted cold: {result['cold_fallbacks']}" if result["cold_fallbacks"] else ""))
         if scale_n:

@@ -103,6 +103,9 @@ MAX_NODES_PER_GROUP = Setting("SLURMLAB_MAX_NODES_PER_GROUP", 64, "the lab's cap
                               _positive_int)
 BOOT_SLOTS = Setting("SLURMLAB_BOOT_SLOTS", None, "how many VMs of a cluster boot at once (0: no limit)", _count,
                      "detected: one per host core under emulation, no limit with KVM")
+FORK_SLOTS = Setting("SLURMLAB_FORK_SLOTS", None, "how many VMs of a cluster are forked from templates at once (0: no "
+                     "limit); forks take no boot slot", _count,
+                     "detected: two per host core under emulation, at most one per GiB of host memory; no limit with KVM")
 LEGACY_ATTEMPTS = Setting("SLURMLAB_LEGACY_ATTEMPTS", 3, "attempts of a legacy (non-continuous) create before it "
                           "rolls back", int)
 HOST_LOST_S = Setting("SLURMLAB_HOST_LOST_S", 60.0, "seconds a silent libvirt host is waited for before its nodes "
@@ -136,7 +139,7 @@ OTHERS = (
 )
 
 LAB = (HOME, CACHE, LIBVIRT_DIR, POOL_DIR, POOL, HOSTS_DIR, NETNS, HOST_MODE, DRIVER, CONTROLLER_NICE, DEBIAN_MIRROR,
-       MAX_NODES_PER_GROUP, BOOT_SLOTS, LEGACY_ATTEMPTS, HOST_LOST_S, SIM_BOOT_TIME, REGION, ACCOUNT_ID, VERIFY_BACKEND)
+       MAX_NODES_PER_GROUP, BOOT_SLOTS, FORK_SLOTS, LEGACY_ATTEMPTS, HOST_LOST_S, SIM_BOOT_TIME, REGION, ACCOUNT_ID, VERIFY_BACKEND)
 ALL = LAB + OTHERS
 BY_NAME = {s.name: s for s in ALL}
 

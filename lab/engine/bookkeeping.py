@@ -352,10 +352,7 @@ class Records:
 
     async def prepare(self, c: ClusterRow, prov: Provider, gmap: dict[str, GroupRow], nodes: list[NodeRow]) -> None:
         box = (c.spec.get("Lab") or {}).get("Box")
-        machines = [MachineSpec(n.name, n.grp, gmap[n.grp].cpus, gmap[n.grp].memory_mib, n.mac, n.address,
-                                gmap[n.grp].node_type, n.image, state_disk_of(c, gmap[n.grp].node_type), start_of(c.spec),
-                                role_template=role_templates_of(c.spec))
-                    for n in nodes if n.grp in gmap and n.address]
+        machines = [spec_of(c, gmap[n.grp], n) for n in nodes if n.grp in gmap and n.address]
         self.dirty.discard(c.name)
         self.prepared.add(c.name)
         await prov.prepare_async(c.name, machines, c.net_index, box)
@@ -363,8 +360,13 @@ class Records:
     def machine(self, cluster: str, n: NodeRow) -> MachineSpec:
         g = self.group(cluster, n.grp)
         c = self.snap[cluster][0] if cluster in self.snap else self.store.cluster(cluster)
-        return MachineSpec(n.name, n.grp, g.cpus, g.memory_mib, n.mac, n.address, g.node_type, n.image,
-                           state_disk_of(c, g.node_type), start_of(c.spec), role_template=role_templates_of(c.spec))
+        return spec_of(c, g, n)
+
+    @staticmethod
+    def fork_groups(c: ClusterRow, prov: Provider, gmap: dict[str, GroupRow], nodes: list[NodeRow]) -> set[str]:
+        """The groups whose nodes waiting to launch the provider would fork (plan(): fork slots)."""
+        waiting = {n.grp: n for n in nodes if n.phase in (Phase.PLANNED, Phase.LAUNCHING, Phase.FAILED) and n.grp in gmap}
+        return {grp for grp, n in waiting.items() if prov.forks(c.name, spec_of(c, gmap[grp], n))}
 
     def group(self, cluster: str, group: str) -> GroupRow:
         snap = self.snap.get(cluster)
@@ -372,3 +374,9 @@ class Records:
         if g is None:
             g = next(x for x in self.store.groups(cluster) if x.name == group)
         return g
+
+
+def spec_of(c: ClusterRow, g: GroupRow, n: NodeRow) -> MachineSpec:
+    """The VM the engine wants for node `n` of group `g`."""
+    return MachineSpec(n.name, n.grp, g.cpus, g.memory_mib, n.mac, n.address, g.node_type, n.image,
+                       state_disk_of(c, g.node_type), start_of(c.spec), role_template=role_templates_of(c.spec))

@@ -110,31 +110,12 @@ def make_configurer(name: str):
 
 def make_engine(st: Store):
     """The daemon's engine: each cluster built by its own provider, made on first use."""
+    from lab.engine import slots
     from lab.engine.engine import Engine, Tuning
 
     return Engine(st, provider_factory=make_provider, configurer_factory=make_configurer,
-                  tuning=Tuning(max_attempts=settings.LEGACY_ATTEMPTS.get(), boot_slots=boot_slots(),
+                  tuning=Tuning(max_attempts=settings.LEGACY_ATTEMPTS.get(), boot_slots=slots.boot_slots(), fork_slots=slots.fork_slots(),
                                 host_lost_s=settings.HOST_LOST_S.get()))
-
-
-def boot_slots() -> dict[str, int]:
-    """How many VMs of a cluster boot at once, per provider (lab/engine/plan.py LAUNCH_PRIORITY):
-    under software emulation one per host core, so that the controller and the login node (they
-    gate InService) get the CPU before the compute nodes; with KVM no limit. Measured on 2 cores
-    (docs/adr/0002-provisioning-pipeline.md): with 2 slots InService came at 158 s and the first job
-    at 277.5 s, with every VM booting at once at 258 s and 291.2 s; full size 287.5 s either way.
-    settings.BOOT_SLOTS overrides it (0: no limit)."""
-    from lab.providers import registry
-
-    real = [n for n in registry.names() if not registry.info(n).simulated]  # a simulated boot costs no CPU
-    given = settings.BOOT_SLOTS.get()
-    if given is not None:
-        return {n: given for n in real} if given > 0 else {}
-    from lab.host import kvm
-
-    if kvm.detect().usable:
-        return {}
-    return {n: max(1, os.cpu_count() or 1) for n in real}
 
 
 def _home_of(path) -> tuple[int, int] | None:

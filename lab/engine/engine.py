@@ -84,6 +84,8 @@ class Tuning:
     join_max_wait_s: float = JOIN_MAX_WAIT_S
     # per provider name: VMs of a cluster booting at once (plan.LAUNCH_PRIORITY); absent: no limit
     boot_slots: dict[str, int] = field(default_factory=dict)
+    # per provider name: VMs of a cluster forked at once (they take no boot slot); absent: no limit
+    fork_slots: dict[str, int] = field(default_factory=dict)
     host_lost_s: float = HOST_LOST_S  # a cluster's host silent this long is given up (hostloss.py)
     slurm_period_s: float = recovery.SLURM_PERIOD_S  # how often Slurm's view is read (watching.py)
     recover_after_s: float = recovery.RECOVER_AFTER_S  # a node down this long gets the next recovery step
@@ -192,9 +194,11 @@ class Engine:
             rec.fill_addresses(c, prov, nodes)
         now = self.clock()
         t = self.tuning
+        slots = (t.boot_slots.get(c.provider), t.fork_slots.get(c.provider))
+        forks = rec.fork_groups(c, prov, gmap, nodes) if slots != (None, None) else set()
         p = planner.plan(c, groups, nodes, observed, busy, now, limits=limits, used=used,
                          max_attempts=t.max_attempts, join_quiet_s=t.join_quiet_s, join_max_wait_s=t.join_max_wait_s,
-                         boot_slots=t.boot_slots.get(c.provider))
+                         boot_slots=slots[0], fork_slots=slots[1], fork_groups=forks)
         rec.statuses(c, groups, nodes, p)
         self.watch.watch(c, groups, nodes, busy)  # Slurm's view: marks, recovery (lab/engine/watching.py)
         self.extensions.step(c, groups, nodes)  # cluster extensions (lab/engine/extensions.py)
@@ -203,12 +207,13 @@ class Engine:
         self.rollout.step(c, gmap, nodes)
         self.patching.step(c, gmap, nodes)  # AutoPatchConfig (lab/engine/patching.py)
         rec.disk_marks(name, nodes, seen, p)
-        if p.boot_waiting:
-            msg = f"waiting for a boot slot ({t.boot_slots.get(c.provider)} VMs boot at once on this host)"
-            by_name = {n.name: n for n in nodes}
-            for waiting in p.boot_waiting:
-                if by_name[waiting].message != msg:
-                    self.store.update_node(c.name, waiting, message=msg)
+        by_name = {n.name: n for n in nodes}
+        for waiting, msg in ((p.boot_waiting, f"waiting for a boot slot ({slots[0]} VMs boot at once on this host)"),
+                             (p.fork_waiting, f"waiting for a fork slot ({slots[1]} VMs are forked at once on this "
+                                              f"host: its cores)")):
+            for w in waiting:
+                if by_name[w].message != msg:
+                    self.store.update_node(c.name, w, message=msg)
 
         if any(a.kind == Kind.ROLLBACK for a in p.actions):
             rec.rollback(c, next(a for a in p.actions if a.kind == Kind.ROLLBACK))

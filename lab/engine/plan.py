@@ -26,6 +26,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from lab.capacity import short_of
+from lab.engine.slots import LAUNCH_PRIORITY, Slots
 from lab.engine.states import Kind, Phase, Status
 from lab.providers.base import DISK_FULL
 from lab.store.db import ClusterRow, GroupRow, NodeRow
@@ -58,11 +59,6 @@ JOIN_QUIET_S = 10.0
 JOIN_MAX_WAIT_S = 30.0
 JOIN_COMING_PHASES = frozenset({Phase.BOOTED, Phase.CONFIGURING})
 
-# Boot slots: at most `boot_slots` VMs of a cluster boot at once (phase `launching`), the rest wait
-# for a slot in this order: the controller (it gates everything), login nodes (they gate
-# InService), compute nodes. The engine gives one slot per host core under software emulation
-# (lab/engine/daemon.py boot_slots: InService 100 s earlier on 2 cores); None: no limit (KVM).
-LAUNCH_PRIORITY = {"Controller": 0, "Login": 1, "Compute": 2}
 
 
 def node_status(phase: str, pending: str | None = None) -> str:
@@ -103,6 +99,7 @@ class Plan:
     # seconds until the join window lets the configured batch go (None: no batch held by the window)
     join_wait: float | None = None
     boot_waiting: list[str] = field(default_factory=list)  # nodes that may launch but wait for a boot slot
+    fork_waiting: list[str] = field(default_factory=list)  # nodes that may launch but wait for a fork slot
     disk_full: list[str] = field(default_factory=list)  # nodes whose VM is paused on a full pool disk
 
 
@@ -177,12 +174,15 @@ def plan(
     join_quiet_s: float = JOIN_QUIET_S,
     join_max_wait_s: float = JOIN_MAX_WAIT_S,
     boot_slots: int | None = None,
+    fork_slots: int | None = None,
+    fork_groups: frozenset[str] | set[str] = frozenset(),
 ) -> Plan:
     """`observed`: VM name -> state. `busy`: node names (and 'join', 'delete', 'rollback', 'io') with work
     in flight. `limits`: simulated capacity per instance type (absent type: unlimited); `used`: instances
     held per type across the whole lab; launches planned here are added to it (so one Counter shared by
     every cluster of a pass never over-commits). `join_quiet_s` / `join_max_wait_s`: the join batching
-    window (join_wait()). `boot_slots`: how many VMs may boot at once (LAUNCH_PRIORITY)."""
+    window (join_wait()). `boot_slots`: how many VMs may boot at once (LAUNCH_PRIORITY); the nodes of
+    `fork_groups` are forked, at most `fork_slots` at once, and take no boot slot."""
     p = Plan()
     if cluster.status == Status.DELETING:
         if "delete" not in busy:
@@ -277,7 +277,6 @@ def plan(
     checks: list[str] = []  # running nodes a deep health check waits for (one task per cluster at a time)
     detach: list[str] = []  # running nodes moving to another group or to a new box: out of Slurm first
     others_coming = False  # a compute node on its way to `configured` (for the join window)
-    booting = sum(1 for n in nodes if n.phase == Phase.LAUNCHING)  # VMs coming up now (boot slots)
     to_launch: list[tuple[tuple, NodeRow, GroupRow, bool]] = []  # new launches, placed after the loop
     for n in nodes:
         if n.name in surplus or leaving(n):
@@ -336,16 +335,17 @@ def plan(
                 batch.append(n)
             elif may_configure:
                 p.actions.append(Action(Kind.CONFIGURE, node=n.name, group=n.grp))
-    # New launches in priority order, as many as the boot slots allow (a resumed launch holds one)
-    free = None if boot_slots is None else max(0, boot_slots - booting)
+    # New launches in priority order, as many as the slots allow (a resumed launch holds one): forks
+    # take fork slots, cold boots boot slots (lab/engine/slots.py)
+    slots = Slots(nodes, boot_slots, fork_slots, fork_groups)
     for _, n, g, needs_capacity in sorted(to_launch, key=lambda x: x[0]):
-        if free is not None and free <= 0:
-            p.boot_waiting.append(n.name)
+        if slots.full(n):
+            (p.fork_waiting if slots.forked(n) else p.boot_waiting).append(n.name)
             continue
         a = launch_or_short(n, g.instance_type) if needs_capacity else Action(Kind.LAUNCH, node=n.name, group=n.grp)
         p.actions.append(a)
-        if a.kind == Kind.LAUNCH and free is not None:
-            free -= 1
+        if a.kind == Kind.LAUNCH:
+            slots.take(n)
     if checks and "healthcheck" not in busy:
         p.actions.append(Action(Kind.HEALTHCHECK, batch=tuple(sorted(checks))))
     # Moving nodes leave Slurm in one batch (like a leave, but the VM stays); a join waits for it.

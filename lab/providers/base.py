@@ -237,6 +237,11 @@ class Provider(ABC):
     def stop(self, cluster: str, name: str) -> None:
         """Shut the VM down cleanly (its guest flushes its disks), if it runs; the VM stays defined."""
 
+    def forks(self, cluster: str, machine: MachineSpec) -> bool:
+        """Whether a new VM of `machine` would be forked from a template (seconds, little CPU) rather than
+        booted: the engine gives forks slots of their own (lab/engine/plan.py fork_slots)."""
+        return False
+
     def keeps_state(self, cluster: str, name: str) -> bool:
         """Whether the VM has a state disk that outlives it (a new VM of that name finds the data)."""
         return False

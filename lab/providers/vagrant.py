@@ -18,13 +18,11 @@ from pathlib import Path
 from lab import secrets
 from lab.errors import LabError
 from lab.host import libvirtd, registry
-from lab.providers import checkpoint, disk, fork, hostside, leftovers, network, placement, priority, state_disk, templates
+from lab.providers import (checkpoint, disk, domains, fork, hostside, leftovers, network, placement, priority, state_disk,
+                           templates, vagrantfile)
 from lab.providers.base import (DISK_FULL, Checkpoints, ClusterNet, LaunchError, MachineSpec, Observed, Placement, Provider,
                                 ProviderUnreachable, mac_for)
 from lab.providers.warm import WarmStart
-from lab.providers import vagrantfile
-from lab.providers.vagrantfile import render
-from lab.providers import domains
 from lab.providers.domains import purge as _purge_domain
 from lab.providers.reach import ssh_answers, vagrant_exe
 from lab.providers.watch import STATE_NAMES, domain_state, end_group, stale_vagrants, stopped_while_booting, wait_or_ready
@@ -176,7 +174,7 @@ class VagrantProvider(Provider, Checkpoints, Placement):
             self._machines[cluster] = {m.name: m for m in machines}
             self._boxes[cluster] = box or self.box
             self._nets[cluster] = net
-            text = render(
+            text = vagrantfile.render(
                 cluster=cluster, box=box or self.box, machines=list(self._machines[cluster].values()), net=net,
                 private_key=str(cd.ssh_key), public_key=pub, driver=on.driver, emulator_path=on.emulator_path,
                 pool=host.pool, uri=on.uri, munge_key_file=on.munge_key_file, state_disk_size=state_disk.SIZE,
@@ -218,9 +216,8 @@ class VagrantProvider(Provider, Checkpoints, Placement):
             cold_because = self.warm.blocker(cluster, machine, box)
             if cold_because is None:
                 try:
-                    obs = self.warm.start(cluster, machine, self._cluster_machines(cluster, machine),
-                                          self._nets.get(cluster) or self.network(cluster), box)
-                    return obs
+                    return self.warm.start(cluster, machine, self._cluster_machines(cluster, machine),
+                                           self._nets.get(cluster) or self.network(cluster), box)
                 except (templates.TemplateError, fork.ForkError) as e:
                     cold_because = str(e)
                     log.warning("%s boots cold: %s", machine.name, e)
@@ -235,6 +232,9 @@ class VagrantProvider(Provider, Checkpoints, Placement):
         if cold_because and cold_because != "Lab.Start is Cold":
             obs.details["warning"] = f"booted cold: {cold_because}"
         return obs
+
+    def forks(self, cluster: str, machine: MachineSpec) -> bool:
+        return self.warm.blocker(cluster, machine, machine.box or self._boxes.get(cluster, self.box)) is None
 
     def _cluster_machines(self, cluster: str, machine: MachineSpec) -> list[MachineSpec]:
         """Every machine of the cluster as prepare() last saw them, `machine` among them (its /etc/hosts)."""

@@ -218,6 +218,21 @@ CASES = [
          {**ALL_PLANNED, "controller-1": "running"}, {"launch": OTHERS}),
     Case("boot slots: legacy mode honours them too",
          ALL_PLANNED, {"launch": ["controller-1", "login-1"]}, mode=None, kw={"boot_slots": 2}),
+    Case("fork slots: forked compute nodes take no boot slot (the controller and login node boot cold)",
+         {**ALL_PLANNED, "controller-1": "launching", "login-1": "launching"}, {"launch": ["compute-1", "compute-2"]},
+         busy={"controller-1", "login-1"}, observed={"controller-1": "running", "login-1": "running"},
+         kw={"boot_slots": 2, "fork_slots": 4, "fork_groups": {"compute"}}),
+    Case("fork slots: every group forked -> four at once in priority order, the boot slots unused",
+         ALL_PLANNED, {"launch": ["compute-1", "controller-1", "login-1"]}, mode=None,
+         kw={"boot_slots": 1, "fork_slots": 3, "fork_groups": {"controller", "login", "compute"}}),
+    Case("fork slots: forks in flight hold theirs, cold boots are counted apart",
+         {**CTL_UP, "login-1": "launching", "compute-1": "launching", "compute-2": "planned"},
+         {"launch": []}, busy={"login-1", "compute-1"},
+         kw={"boot_slots": 1, "fork_slots": 1, "fork_groups": {"compute"}}),
+    Case("fork slots: none -> every fork launches at once, cold boots still wait",
+         {**CTL_UP, "login-1": "launching", "compute-1": "planned", "compute-2": "planned"},
+         {"launch": ["compute-1", "compute-2"]}, busy={"login-1"},
+         kw={"boot_slots": 1, "fork_groups": {"compute"}}),
 
     # ---- 5. failure, retry, backoff (a transient failure: retry_at is a backoff away)
     Case("failed, backoff not over -> nothing; the group is Degraded",
@@ -470,20 +485,49 @@ def test_boot_slots_name_the_waiting_nodes():
     assert [short(n) for n in p.boot_waiting] == ["compute-1", "compute-2"]
 
 
+def test_fork_slots_name_the_waiting_nodes_apart_from_boots():
+    p = run_case(Case("x", {**ALL_PLANNED, "controller-1": "running"}, {},
+                      kw={"boot_slots": 0, "fork_slots": 1, "fork_groups": {"compute"}}))
+    assert [short(a.node) for a in p.actions if a.kind == "launch"] == ["compute-1"]
+    assert [short(n) for n in p.boot_waiting] == ["login-1"]
+    assert [short(n) for n in p.fork_waiting] == ["compute-2"]
+
+
+def test_fork_slots_from_the_host(monkeypatch):
+    from lab.engine import slots
+    from lab.host import kvm
+
+    monkeypatch.setenv("SLURMLAB_FORK_SLOTS", "5")
+    assert slots.fork_slots() == {"vagrant": 5}
+    monkeypatch.setenv("SLURMLAB_FORK_SLOTS", "0")
+    assert slots.fork_slots() == {}
+    monkeypatch.delenv("SLURMLAB_FORK_SLOTS")
+    monkeypatch.setattr(kvm, "detect", lambda: type("K", (), {"usable": True})())
+    assert slots.fork_slots() == {}  # KVM: no limit
+    monkeypatch.setattr(kvm, "detect", lambda: type("K", (), {"usable": False})())
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    monkeypatch.setattr("lab.osutil.meminfo_mib", lambda field: 24 * 1024)
+    assert slots.fork_slots() == {"vagrant": 4}  # emulation: two per core
+    monkeypatch.setattr("lab.osutil.meminfo_mib", lambda field: 3 * 1024)
+    assert slots.fork_slots() == {"vagrant": 2}  # a small host: one per GiB beyond its reserve
+    monkeypatch.setattr("lab.osutil.meminfo_mib", lambda field: 512)
+    assert slots.fork_slots() == {"vagrant": 1}
+
+
 def test_boot_slots_from_the_host(monkeypatch):
-    from lab.engine import daemon
+    from lab.engine import slots
     from lab.host import kvm
 
     monkeypatch.setenv("SLURMLAB_BOOT_SLOTS", "3")
-    assert daemon.boot_slots() == {"vagrant": 3}
+    assert slots.boot_slots() == {"vagrant": 3}
     monkeypatch.setenv("SLURMLAB_BOOT_SLOTS", "0")
-    assert daemon.boot_slots() == {}
+    assert slots.boot_slots() == {}
     monkeypatch.delenv("SLURMLAB_BOOT_SLOTS")
     monkeypatch.setattr(kvm, "detect", lambda: type("K", (), {"usable": True})())
-    assert daemon.boot_slots() == {}  # KVM: boots are cheap, no limit
+    assert slots.boot_slots() == {}  # KVM: boots are cheap, no limit
     monkeypatch.setattr(kvm, "detect", lambda: type("K", (), {"usable": False})())
     monkeypatch.setattr("os.cpu_count", lambda: 2)
-    assert daemon.boot_slots() == {"vagrant": 2}  # emulation: one per core
+    assert slots.boot_slots() == {"vagrant": 2}  # emulation: one per core
 
 
 def test_vms_paused_on_a_full_disk_are_named():
