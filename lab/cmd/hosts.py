@@ -251,8 +251,25 @@ def box_tag(name: str = typer.Argument(..., help="the new box name, e.g. slurmla
     from lab.box.images import tag
 
     iid, r = tag(name, progress=box_progress, security=security)
+    shared = _share_templates(name)
     if output == Output.json:
-        print_json({"name": name, "image_id": iid, "release": r.to_json()})
+        print_json({"name": name, "image_id": iid, "release": r.to_json(), "templates": shared})
     else:
         out.print(f"box {name} added: release {r.version} of {r.line}{' (security)' if r.security else ''}, "
-                  f"ImageId {iid}", markup=False)
+                  f"ImageId {iid}" + (f"; templates {', '.join(shared)} (copies of the default box's)" if shared else ""),
+                  markup=False)
+
+
+def _share_templates(name: str) -> list[str]:
+    """The default box's templates, copied for box `name` when both are the same image (the same inputs)."""
+    from lab import box as boxmod
+    from lab.box import vagrant as boxvagrant
+    from lab.host import kvm
+    from lab.providers import template_copies
+
+    def inputs(b: str) -> str | None:
+        return (boxvagrant.read_marker(boxvagrant.box_dir(b, "0")) or {}).get("inputs_hash")
+
+    if inputs(name) is None or inputs(name) != inputs(boxmod.DEFAULT_BOX):
+        return []
+    return template_copies.share(boxmod.DEFAULT_BOX, name, kvm.detect().driver)

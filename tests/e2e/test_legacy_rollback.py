@@ -1,8 +1,10 @@
 """Issue 4 on real VMs: the same shortage in the legacy mode rolls everything back.
 
-examples/small.yaml without NodeProvisioningMode (legacy: all or nothing), one ml.c5.large for two
-compute nodes: the cluster goes RollingBack, every VM is removed (also those still booting), then
-Failed with a FailureMessage that names the group and the reason; libvirt keeps nothing of it.
+examples/small.yaml without NodeProvisioningMode (legacy: all or nothing) and without its login
+group, one ml.c5.large for two compute nodes: the cluster goes RollingBack, every VM is removed (also
+those still booting), then Failed with a FailureMessage that names the group and the reason; libvirt
+keeps nothing of it. One attempt (SLURMLAB_LEGACY_ATTEMPTS=1): how many attempts a legacy create makes
+before it rolls back is the engine's logic, proven on the sim provider (tests/unit/test_engine_legacy.py).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from lab.host import libvirtd
 from lab.providers import network
@@ -28,16 +31,20 @@ NAME = "legacy"
 
 def sl(home: Path, *args, timeout=900):
     return subprocess.run([sys.executable, "-m", "lab", *args], capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL, env={**os.environ, "SLURMLAB_HOME": str(home)})
+                          stdin=subprocess.DEVNULL,
+                          env={**os.environ, "SLURMLAB_HOME": str(home), "SLURMLAB_LEGACY_ATTEMPTS": "1"})
 
 
 def test_legacy_shortage_rolls_back_and_leaves_nothing(tmp_path):
     home = tmp_path / "home"
     spec = tmp_path / "legacy.yaml"
-    text = (REPO / "examples" / "small.yaml").read_text()
-    text = "\n".join(line for line in text.splitlines() if not line.startswith("NodeProvisioningMode"))
-    text = text.replace("ClusterName: ci", f"ClusterName: {NAME}").replace("./lifecycle", str(REPO / "examples" / "lifecycle"))
-    spec.write_text(text + "\n")
+    doc = yaml.safe_load((REPO / "examples" / "small.yaml").read_text())
+    del doc["NodeProvisioningMode"]
+    doc["ClusterName"] = NAME
+    # the controller and the compute nodes show the rollback; a login node would only add a VM
+    doc["InstanceGroups"] = [{**g, "LifeCycleConfig": {**g["LifeCycleConfig"], "SourceS3Uri": str(REPO / "examples" / "lifecycle")}}
+                             for g in doc["InstanceGroups"] if g["InstanceGroupName"] != "login"]
+    spec.write_text(yaml.safe_dump(doc))
     assert sl(home, "delete-cluster", NAME, "--leftovers").returncode == 0  # a killed run's (another home)
     try:
         p = sl(home, "create-cluster", "--spec", str(spec), "--capacity", str(CAPACITY))
