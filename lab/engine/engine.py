@@ -210,7 +210,7 @@ class Engine:
         by_name = {n.name: n for n in nodes}
         for waiting, msg in ((p.boot_waiting, f"waiting for a boot slot ({slots[0]} VMs boot at once on this host)"),
                              (p.fork_waiting, f"waiting for a fork slot ({slots[1]} VMs are forked at once on this "
-                                              f"host: its cores)")):
+                                              f"host, compute nodes after the controller and login nodes)")):
             for w in waiting:
                 if by_name[w].message != msg:
                     self.store.update_node(c.name, w, message=msg)

@@ -337,7 +337,7 @@ def plan(
                 p.actions.append(Action(Kind.CONFIGURE, node=n.name, group=n.grp))
     # New launches in priority order, as many as the slots allow (a resumed launch holds one): forks
     # take fork slots, cold boots boot slots (lab/engine/slots.py)
-    slots = Slots(nodes, boot_slots, fork_slots, fork_groups)
+    slots = Slots(nodes, boot_slots, fork_slots, fork_groups, {g.name for g in groups if g.node_type != "Compute"})
     for _, n, g, needs_capacity in sorted(to_launch, key=lambda x: x[0]):
         if slots.full(n):
             (p.fork_waiting if slots.forked(n) else p.boot_waiting).append(n.name)

@@ -123,22 +123,32 @@ def test_boot_slots_bring_the_whole_cluster_up_in_priority_order(tmp_path):
     asyncio.run(go())
 
 
+GPU = """  - InstanceGroupName: gpu
+    InstanceType: ml.g5.xlarge
+    InstanceCount: 1
+    SlurmConfig: {NodeType: Compute, PartitionNames: [gpu]}
+"""
+
+
 def test_forks_take_fork_slots_and_say_what_they_wait_for(tmp_path):
-    """A provider that forks the compute nodes: they launch beside the cold-booting controller and
-    login node (no boot slot), one fork at a time, and a waiting fork's message names its slot."""
+    """A provider that forks the compute nodes: they wait for the cold-booting controller and login node
+    (they gate InService), then launch one fork at a time while a cold-booting GPU node holds the boot
+    slot, and a waiting fork's message names its slot."""
     async def go():
         lab = SimLab(tmp_path)
         lab.eng = lab.new_engine()
         lab.eng.tuning.boot_slots = {"sim": 1}
         lab.eng.tuning.fork_slots = {"sim": 1}
-        lab.prov.forks = lambda cluster, m: m.node_type == "Compute"
+        lab.prov.forks = lambda cluster, m: m.group == "compute"
         lab.prov.boot_time = 20.0  # a cold boot holds its slot while the forks go
-        lab.create(spec_text(computes=2, logins=1))
+        lab.create(spec_text(computes=2, logins=1, extra_groups=GPU))
         messages = set()
         await lab.run_until(lambda: messages.update(n.message for n in lab.st.nodes("demo")) or lab.full())
         assert set(lab.phases().values()) == {"running"}
-        assert lab.prov.launched[:2] == ["demo-controller-1", "demo-compute-1"]  # the fork did not wait for the login node
-        assert "waiting for a fork slot (1 VMs are forked at once on this host: its cores)" in messages
+        launched = lab.prov.launched
+        assert launched[:2] == ["demo-controller-1", "demo-login-1"], launched
+        assert set(launched[2:4]) == {"demo-gpu-1", "demo-compute-1"}, launched  # the fork beside the cold boot
+        assert "waiting for a fork slot (1 VMs are forked at once on this host, compute nodes after the controller and login nodes)" in messages
         assert "waiting for a boot slot (1 VMs boot at once on this host)" in messages
         await lab.finish()
 

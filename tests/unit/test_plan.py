@@ -218,22 +218,26 @@ CASES = [
          {**ALL_PLANNED, "controller-1": "running"}, {"launch": OTHERS}),
     Case("boot slots: legacy mode honours them too",
          ALL_PLANNED, {"launch": ["controller-1", "login-1"]}, mode=None, kw={"boot_slots": 2}),
-    Case("fork slots: forked compute nodes take no boot slot (the controller and login node boot cold)",
-         {**ALL_PLANNED, "controller-1": "launching", "login-1": "launching"}, {"launch": ["compute-1", "compute-2"]},
-         busy={"controller-1", "login-1"}, observed={"controller-1": "running", "login-1": "running"},
-         kw={"boot_slots": 2, "fork_slots": 4, "fork_groups": {"compute"}}),
-    Case("fork slots: every group forked -> four at once in priority order, the boot slots unused",
-         ALL_PLANNED, {"launch": ["compute-1", "controller-1", "login-1"]}, mode=None,
-         kw={"boot_slots": 1, "fork_slots": 3, "fork_groups": {"controller", "login", "compute"}}),
+    Case("fork slots: forked compute nodes take no boot slot (a cold-booting GPU node holds the only one)",
+         {**CTL_UP, "login-1": "running", "gpu-1": "launching", "compute-1": "planned", "compute-2": "planned"},
+         {"launch": ["compute-1", "compute-2"]}, busy={"gpu-1"}, gpus=1,
+         kw={"boot_slots": 1, "fork_slots": 4, "fork_groups": {"compute"}}),
+    Case("fork slots: compute forks wait while the controller and the login node (they gate InService) come up",
+         {**ALL_PLANNED, "controller-1": "launching"}, {"launch": ["login-1"]},
+         busy={"controller-1"}, observed={"controller-1": "running"},
+         kw={"boot_slots": 2, "fork_slots": 4, "fork_groups": {"controller", "login", "compute"}}),
+    Case("fork slots: the gating nodes up -> every compute fork at once, up to the slots",
+         {**CTL_UP, "login-1": "booted", "compute-1": "planned", "compute-2": "planned"},
+         {"launch": ["compute-1", "compute-2"], "configure": ["login-1"]},
+         kw={"boot_slots": 1, "fork_slots": 4, "fork_groups": {"controller", "login", "compute"}}),
     Case("fork slots: forks in flight hold theirs, cold boots are counted apart",
-         {**CTL_UP, "login-1": "launching", "compute-1": "launching", "compute-2": "planned"},
-         {"launch": []}, busy={"login-1", "compute-1"},
+         {**CTL_UP, "login-1": "running", "compute-1": "launching", "compute-2": "planned", "gpu-1": "launching"},
+         {"launch": []}, busy={"compute-1", "gpu-1"}, gpus=1,
          kw={"boot_slots": 1, "fork_slots": 1, "fork_groups": {"compute"}}),
     Case("fork slots: none -> every fork launches at once, cold boots still wait",
-         {**CTL_UP, "login-1": "launching", "compute-1": "planned", "compute-2": "planned"},
-         {"launch": ["compute-1", "compute-2"]}, busy={"login-1"},
+         {**CTL_UP, "login-1": "running", "gpu-1": "launching", "compute-1": "planned", "compute-2": "planned"},
+         {"launch": ["compute-1", "compute-2"]}, busy={"gpu-1"}, gpus=1,
          kw={"boot_slots": 1, "fork_groups": {"compute"}}),
-
     # ---- 5. failure, retry, backoff (a transient failure: retry_at is a backoff away)
     Case("failed, backoff not over -> nothing; the group is Degraded",
          {**CTL_UP, "compute-1": "failed", "compute-2": "running"}, {"launch": [], "configure": [],
@@ -486,10 +490,11 @@ def test_boot_slots_name_the_waiting_nodes():
 
 
 def test_fork_slots_name_the_waiting_nodes_apart_from_boots():
-    p = run_case(Case("x", {**ALL_PLANNED, "controller-1": "running"}, {},
+    p = run_case(Case("x", {**CTL_UP, "login-1": "running", "gpu-1": "planned", "compute-1": "planned",
+                            "compute-2": "planned"}, {}, gpus=1,
                       kw={"boot_slots": 0, "fork_slots": 1, "fork_groups": {"compute"}}))
     assert [short(a.node) for a in p.actions if a.kind == "launch"] == ["compute-1"]
-    assert [short(n) for n in p.boot_waiting] == ["login-1"]
+    assert [short(n) for n in p.boot_waiting] == ["gpu-1"]
     assert [short(n) for n in p.fork_waiting] == ["compute-2"]
 
 
