@@ -193,7 +193,7 @@ def test_a_failed_template_build_is_remembered(monkeypatch, tmp_path):
 
 
 def test_a_bare_vm_gets_no_slurm_identity():
-    """A VM without a node type (the smoke test's) gets keys and an address only, like a cold one."""
+    """A VM without a node type (a bare VM: no Slurm identity at boot) gets keys and an address only, like a cold one."""
     bare = MachineSpec("c-node-1", "node", 1, 768, "52:54:00:00:00:99", "10.213.7.20")
     got = files(identity_archive(cluster="c", machine=bare, machines=[bare], net=NET, public_key="k",
                                  munge_key=b"m", ident=Identity()))
