@@ -453,7 +453,7 @@ def test_health_check_finds_the_stopped_slurmd_and_brings_the_node_back():
         assert nodes()[node]["InstanceStatus"]["Status"] == "DeepHealthCheckInProgress"
         deadline = time.monotonic() + 1500
         while _operation(op)["Status"] != "Done" and time.monotonic() < deadline:
-            time.sleep(10)
+            time.sleep(3)
         d = _operation(op)
         assert d["Status"] == "Done" and d["Type"] == "DeepHealthCheck", d
         events = [e["Description"] for e in json.loads(sl("list-cluster-events", NAME, "--output", "json").stdout)["Events"]
@@ -985,14 +985,14 @@ def test_auto_patch_when_idle_patches_the_idle_node_and_the_busy_one_after_its_j
         n = nodes()[x]
         return n.get("CurrentImageReleaseVersion") == new and n["InstanceStatus"]["Status"] == "Running"
 
-    _wait(lambda: on_new(first), 1500, f"{first} patched to {new}", 10)
+    _wait(lambda: on_new(first), 1500, f"{first} patched to {new}", 3)
     assert on("login", f"squeue -h -j {job} -o %T").strip() == "RUNNING"  # never killed
     assert nodes()[second]["CurrentImageReleaseVersion"] == old
     state = on("login", f"sinfo -h -N -n {second} -o '%T|%E'").strip()
     assert state.startswith("draining|slurmlab: auto-patch"), state  # cordoned: its job runs on, no new one starts
     student("touch patch-go")
     assert job_state(job, timeout=300) == ("COMPLETED", second)
-    _wait(lambda: on_new(second), 1500, f"{second} patched to {new}", 10)
+    _wait(lambda: on_new(second), 1500, f"{second} patched to {new}", 3)
     events = _events_of(NAME)
     _keep("auto-patch-events.txt", subprocess.CompletedProcess([], 0, "\n".join(events[-30:]), ""))
     assert any(e.startswith("AutoPatch completed: 2 node(s) patched") for e in events), events[-30:]
