@@ -46,6 +46,7 @@ REPO = Path(__file__).resolve().parents[2]
 SPEC = REPO / "examples" / "workshop.yaml"
 CAPACITY = Path(__file__).parent / "data" / "capacity-one-compute.yaml"
 NAME = "class"  # examples/workshop.yaml's ClusterName
+ROLE = "arn:aws:iam::000000000000:role/lab"
 
 
 def sl(*args, check=True, timeout=2400) -> subprocess.CompletedProcess:
@@ -100,7 +101,7 @@ def lab_home(tmp_path_factory):
     os.environ["SLURMLAB_HOST_LOST_S"] = "20"  # the engine gives a silent second host up after 20 s (not 60)
     # a run killed on this machine before its delete (another SLURMLAB_HOME) left VMs and checkpoints
     # under these names: a create would refuse them (lab/providers/leftovers.py)
-    for name in (NAME, FAR):
+    for name in (NAME, FAR, TWIN):
         sl("delete-cluster", name, "--leftovers", timeout=300)
     yield home
     # safety net: whatever happened, leave nothing behind; keep the logs
@@ -219,11 +220,6 @@ def test_both_compute_nodes_idle_and_srun_covers_them():
     assert "host=" in on("login", "cat /etc/slurmlab-lifecycle-ran")
 
 
-# issue 42: each role's node of the class cluster, forked from its role template, as it is before the
-# tests change it (tests/e2e/equivalence.py); the second host's cluster, fully configured, is compared with it
-FINGERPRINTS: dict[str, str] = {}
-
-
 def test_every_node_was_forked_and_has_its_own_identity():
     """Issue 25: the e2e cluster is built warm (a node that fell back to a cold boot would pass every
     other test, so the events must say each VM was forked), no two forks share a hostname, MAC,
@@ -255,10 +251,62 @@ def test_every_node_was_forked_and_has_its_own_identity():
     for field in ("machine-id", "mac", "address", "host key"):
         values = [v[field] for v in seen.values()]
         assert len(set(values)) == len(values), f"two forks share a {field}: {seen}"
-    from tests.e2e.equivalence import FINGERPRINT
 
-    for role in ("controller", "login", "compute"):  # for the equivalence check on the second host's cluster
-        FINGERPRINTS[role] = sl("ssh", NAME, f"{NAME}-{role}-1", "--", FINGERPRINT, timeout=300).stdout
+
+TWIN = "twin"  # the workshop cluster again, one node per role, every node fully configured
+
+
+def test_a_fork_of_a_role_template_is_the_node_a_full_configuration_makes():
+    """Issue 42: the class cluster's nodes were forked from role templates (the test above). With those
+    templates held back (a failure recorded beside each: the way a failed build is kept), a twin of the
+    cluster is forked from the plain templates and fully configured. Node by node, role by role, the
+    two are the same (packages, enabled and active units, accounts, configuration files, owners and
+    modes) apart from identity (tests/e2e/equivalence.py names each identity file and why)."""
+    import yaml
+
+    from lab.box import DEFAULT_BOX
+    from lab.host import kvm
+    from lab.providers import roletemplates
+    from lab.providers.templates import Shape
+    from lab.spec.catalog import load_catalog
+    from tests.e2e.equivalence import FINGERPRINT, differences
+
+    spec = yaml.safe_load(SPEC.read_text())
+    spec["ClusterName"] = TWIN
+    spec["InstanceGroups"] = [{**g, "InstanceCount": 1, "LifeCycleConfig": {
+        **g["LifeCycleConfig"], "SourceS3Uri": str(SPEC.parent / "lifecycle")}}
+        for g in spec["InstanceGroups"] if g["InstanceGroupName"] != "gpu"]
+    twin_spec = Path(os.environ["SLURMLAB_HOME"]) / "twin.yaml"
+    twin_spec.write_text(yaml.safe_dump(spec))
+    catalog, driver = load_catalog(), kvm.detect().driver
+    held = []
+    for g in spec["InstanceGroups"]:
+        z = catalog.size(g["InstanceType"])
+        role = g["SlurmConfig"]["NodeType"]
+        k = roletemplates.key(spec.get("Lab", {}).get("Box") or DEFAULT_BOX, Shape(z.vcpus, z.memory_mib), driver, role)
+        assert (roletemplates.root() / k).is_dir(), f"no role template {k}: the class cluster's nodes were forked from it"
+        marker = roletemplates.root() / f"{k}.failed"
+        if not marker.exists():
+            marker.write_text("held back by the e2e equivalence test\n")
+            held.append(marker)
+    try:
+        sl("capacity", "set", "ml.c5.large", "3")  # the class cluster holds two
+        sl("create-cluster", "--spec", str(twin_spec), "--wait", "--wait-for", "FullSize", "--timeout", "1500")
+    finally:
+        for marker in held:
+            marker.unlink(missing_ok=True)
+    try:
+        events = json.loads(sl("list-cluster-events", TWIN, "--output", "json").stdout)["Events"]
+        up = [e["Description"] for e in events if ": VM up" in e["Description"]]
+        assert len(up) == 3 and not [d for d in up if "role template" in d], up
+        for role in ("controller", "login", "compute"):
+            a = sl("ssh", NAME, f"{NAME}-{role}-1", "--", FINGERPRINT, timeout=300).stdout
+            b = sl("ssh", TWIN, f"{TWIN}-{role}-1", "--", FINGERPRINT, timeout=300).stdout
+            diff = differences(a, NAME, b, TWIN)
+            assert diff == {}, f"{role}: the role template's fork ({NAME}) and the full configuration ({TWIN}) differ: {diff}"
+    finally:
+        sl("delete-cluster", TWIN, timeout=900)
+        sl("capacity", "set", "ml.c5.large", "2")
 
 
 def test_student_job_output_on_the_login_node():
@@ -1029,39 +1077,21 @@ def _rig_sees(command: str) -> str:
     return p.stdout
 
 
-def _twin_spec() -> Path:
-    """examples/workshop.yaml as cluster far: one node per role (no GPU group), its Lab keys (students,
-    JupyterHub) the same."""
-    import yaml
-
-    spec = yaml.safe_load(SPEC.read_text())
-    spec["ClusterName"] = FAR
-    spec["InstanceGroups"] = [{**g, "InstanceCount": 1, "LifeCycleConfig": {
-        **g["LifeCycleConfig"], "SourceS3Uri": str(SPEC.parent / "lifecycle")}}
-        for g in spec["InstanceGroups"] if g["InstanceGroupName"] != "gpu"]
-    path = Path(os.environ["SLURMLAB_HOME"]) / "far.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    return path
-
-
 def test_a_second_host_takes_the_cluster_the_first_has_no_room_for(served):
     """Issues 16 and 29 on real VMs: a second libvirt host that looks like another machine (`host simulate
     --remote`: its own libvirtd, sshd and address in namespaces of its own, none of the lab's files there),
     reached only over qemu+ssh. With this host's memory limited to what the class cluster uses plus 1000 MiB,
-    a twin of the class cluster (one node per role, 2.5 GiB) is placed on the remote host; its domains name
-    no file of this machine; both clusters run `srun`. Issue 42: its nodes are booted cold there (the
-    templates live on this machine) and fully configured, and each is the class cluster's node of its role
-    (forked from a role template), apart from identity: packages, units, accounts, files, owners and modes
-    (tests/e2e/equivalence.py). Delete with boto3 removes what the cluster had on the remote (its uploaded
-    munge key too) and `host remove` leaves nothing on either host. (The loss of a host, its nodes rebuilt
-    here, is on the sim engine: tests/unit/test_engine_hostloss.py.)"""
+    a cluster made with boto3 (controller + 1 compute, 1536 MiB: two VMs keep the test's cold boots short) is
+    placed on the remote host; its domains name no file of this machine; both clusters run `srun`. Delete
+    removes what the cluster had on the remote (its uploaded munge key too) and `host remove` leaves nothing
+    on either host. (The loss of a host, its nodes rebuilt here, is on the sim engine:
+    tests/unit/test_engine_hostloss.py; it ran on real VMs in CI until stop 37, then left the e2e suite
+    for CI's time budget.)"""
     import xml.etree.ElementTree as ET
 
     from lab.host import registry, rig, simulated, sshhost
     from lab.providers import domains, hostside
-    from tests.e2e.equivalence import FINGERPRINT, differences
 
-    assert set(FINGERPRINTS) == {"controller", "login", "compute"}, "the identity test keeps the class nodes' fingerprints"
     sl("host", "simulate", H2, "--remote")
     # the other machine: none of the lab's folders, no socket of its libvirtd on this side
     home = os.environ["SLURMLAB_HOME"]
@@ -1077,10 +1107,22 @@ def test_a_second_host_takes_the_cluster_the_first_has_no_room_for(served):
         finally:
             conn.close()
         client = served.client()
-        sl("create-cluster", "--spec", str(_twin_spec()), "--wait", "--wait-for", "FullSize", "--timeout", "1500")
+        lifecycle = {"SourceS3Uri": str(REPO / "examples" / "lifecycle"), "OnCreate": "on_create.sh"}
+        arn = client.create_cluster(ClusterName=FAR, NodeProvisioningMode="Continuous", NodeRecovery="Automatic",
+                                    InstanceGroups=[
+            {"InstanceGroupName": "controller", "InstanceType": "ml.t3.medium", "InstanceCount": 1,
+             "ExecutionRole": ROLE, "SlurmConfig": {"NodeType": "Controller"}, "LifeCycleConfig": lifecycle},
+            {"InstanceGroupName": "compute", "InstanceType": "ml.c5.large", "InstanceCount": 1, "ExecutionRole": ROLE,
+             "SlurmConfig": {"NodeType": "Compute", "PartitionNames": ["dev"]}, "LifeCycleConfig": lifecycle}])["ClusterArn"]
+        assert arn.startswith("arn:aws:sagemaker:")
+
+        def far_full() -> bool:
+            ns = client.list_cluster_nodes(ClusterName=FAR)["ClusterNodeSummaries"]
+            return len(ns) == 2 and all(n["InstanceStatus"]["Status"] == "Running" for n in ns)
+
+        _wait(far_full, 1200, "cluster far at full size on the second host")
         far = json.loads(sl("describe-cluster", FAR, "--output", "json").stdout)
         assert far["Lab"]["Host"] == H2 and describe()["Lab"]["Host"] == "local", far
-        assert client.describe_cluster(ClusterName=FAR)["ClusterStatus"] == "InService"
         listed = json.loads(sl("list-cluster-nodes", FAR, "--output", "json").stdout)["ClusterNodeSummaries"]
         assert {n["Lab"]["Host"] for n in listed} == {H2}
         h2 = registry.get(H2)
@@ -1088,7 +1130,7 @@ def test_a_second_host_takes_the_cluster_the_first_has_no_room_for(served):
         c2 = h2.connect()
         try:
             doms = domains.of_cluster(c2, FAR)
-            assert sorted(d.name() for d in doms) == ["far-compute-1", "far-controller-1", "far-login-1"]
+            assert sorted(d.name() for d in doms) == ["far-compute-1", "far-controller-1"]
             for d in doms:  # what the remote's qemu reads is the remote's: its pool, its qemu, the uploaded key
                 xml = d.XMLDesc(0)
                 assert hostside.foreign_paths(xml) == [] and "/var/lib/libvirt/slurmlab" not in xml, d.name()
@@ -1102,17 +1144,9 @@ def test_a_second_host_takes_the_cluster_the_first_has_no_room_for(served):
         # the key reached the node (at boot from that volume, or from the munge role)
         assert sl("ssh", FAR, "controller", "--", "systemctl is-active munge").stdout.strip() == "active"
         srun = "timeout 120 srun --immediate=60 -p dev -N1 hostname"
-        assert sl("ssh", FAR, "login", "--", srun).stdout.split() == ["far-compute-1"]
+        assert sl("ssh", FAR, "controller", "--", srun).stdout.split() == ["far-compute-1"]
         both = srun.replace("-N1", "-N2")
         assert sorted(h.split(".")[0] for h in on("login", both).split()) == [f"{NAME}-compute-1", f"{NAME}-compute-2"]
-        # issue 42: full configuration (cold boots there) against the role templates' forks (here, before the tests)
-        up = [e["Description"] for e in json.loads(sl("list-cluster-events", FAR, "--output", "json").stdout)["Events"]
-              if ": VM up" in e["Description"]]
-        assert len(up) == 3 and not [d for d in up if "forked" in d], up
-        for role in ("controller", "login", "compute"):
-            b = sl("ssh", FAR, f"{FAR}-{role}-1", "--", FINGERPRINT, timeout=300).stdout
-            diff = differences(FINGERPRINTS[role], NAME, b, FAR)
-            assert diff == {}, f"{role}: the role template's fork ({NAME}) and the full configuration ({FAR}) differ: {diff}"
 
         def nothing_left_on_h2() -> bool:
             c = h2.connect()
