@@ -33,7 +33,7 @@ from . import vagrant as _vg
 
 DEFAULT_BOX = _recipe.box_name()  # slurmlab/trixie-slurm; slurmlab/forky-slurm is the other line
 
-__all__ = ["DEFAULT_BOX", "BoxInfo", "build", "image_bytes", "inputs_hash", "is_current", "list_boxes", "require"]
+__all__ = ["DEFAULT_BOX", "BoxInfo", "added_inputs", "build", "image_bytes", "inputs_hash", "is_current", "list_boxes", "require"]
 
 
 @dataclass
@@ -68,6 +68,11 @@ def _added_marker(name: str) -> dict | None:
     if d is None or not _vg.is_complete(d):
         return None
     return _vg.read_marker(d)
+
+
+def added_inputs(name: str) -> str | None:
+    """The inputs hash of the complete box `name` in Vagrant (None: not added, or not slurmlab's)."""
+    return (_added_marker(name) or {}).get("inputs_hash")
 
 
 def image_bytes(name: str = DEFAULT_BOX) -> int | None:

@@ -263,13 +263,10 @@ def box_tag(name: str = typer.Argument(..., help="the new box name, e.g. slurmla
 def _share_templates(name: str) -> list[str]:
     """The default box's templates, copied for box `name` when both are the same image (the same inputs)."""
     from lab import box as boxmod
-    from lab.box import vagrant as boxvagrant
     from lab.host import kvm
     from lab.providers import template_copies
 
-    def inputs(b: str) -> str | None:
-        return (boxvagrant.read_marker(boxvagrant.box_dir(b, "0")) or {}).get("inputs_hash")
-
-    if inputs(name) is None or inputs(name) != inputs(boxmod.DEFAULT_BOX):
+    mine = boxmod.added_inputs(name)
+    if mine is None or mine != boxmod.added_inputs(boxmod.DEFAULT_BOX):
         return []
     return template_copies.share(boxmod.DEFAULT_BOX, name, kvm.detect().driver)

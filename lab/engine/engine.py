@@ -82,7 +82,7 @@ class Tuning:
     backoff_max: float = BACKOFF_MAX
     join_quiet_s: float = JOIN_QUIET_S  # the join batching window (plan.join_wait)
     join_max_wait_s: float = JOIN_MAX_WAIT_S
-    # per provider name: VMs of a cluster booting at once (plan.LAUNCH_PRIORITY); absent: no limit
+    # per provider name: VMs of a cluster booting at once (slots.LAUNCH_PRIORITY); absent: no limit
     boot_slots: dict[str, int] = field(default_factory=dict)
     # per provider name: VMs of a cluster forked at once (they take no boot slot); absent: no limit
     fork_slots: dict[str, int] = field(default_factory=dict)

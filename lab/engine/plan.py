@@ -60,7 +60,6 @@ JOIN_MAX_WAIT_S = 30.0
 JOIN_COMING_PHASES = frozenset({Phase.BOOTED, Phase.CONFIGURING})
 
 
-
 def node_status(phase: str, pending: str | None = None) -> str:
     if phase == Phase.RUNNING and pending in HEALTH_MARKS:
         return "DeepHealthCheckInProgress"

@@ -239,7 +239,7 @@ class Provider(ABC):
 
     def forks(self, cluster: str, machine: MachineSpec) -> bool:
         """Whether a new VM of `machine` would be forked from a template (seconds, little CPU) rather than
-        booted: the engine gives forks slots of their own (lab/engine/plan.py fork_slots)."""
+        booted: the engine gives forks slots of their own (lab/engine/slots.py)."""
         return False
 
     def keeps_state(self, cluster: str, name: str) -> bool:

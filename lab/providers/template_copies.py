@@ -26,6 +26,7 @@ def share(source: str, target: str, driver: str) -> list[str]:
     """Copies for box `target` of the current templates (plain and role) of box `source`, which must
     be the same image; the keys made. A copy already there is kept."""
     made = []
+    role_rows = roletemplates.listing()
     for row in templates.listing():
         shape = Shape(row["cpus"], row["memory_mib"])
         if row["box"] != source or row["driver"] != driver:
@@ -42,7 +43,7 @@ def share(source: str, target: str, driver: str) -> list[str]:
                   backing=plain.folder / "base.img",
                   meta={"key": k, "box": target, "box_image": str(templates.box_image(target))})
             made.append(k)
-        for role_row in roletemplates.listing():
+        for role_row in role_rows:
             role = role_row["role"]
             if role_row["base"] != row["key"]:
                 continue
