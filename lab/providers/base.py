@@ -61,8 +61,10 @@ class MachineSpec:
 
 
 def role_templates_of(spec: dict) -> bool:
-    """Whether the nodes of a cluster (its spec as stored) may be forked from role templates."""
-    return ((spec.get("Lab") or {}).get("NodeEnvironment") or "Lab") != "HyperPod"
+    """Whether the nodes of a cluster (its spec as stored) may be forked from role templates: not when
+    `Lab.RoleTemplates` is false, nor for HyperPod-shaped nodes."""
+    lab = spec.get("Lab") or {}
+    return lab.get("RoleTemplates") is not False and (lab.get("NodeEnvironment") or "Lab") != "HyperPod"
 
 
 def start_of(spec: dict) -> Start:

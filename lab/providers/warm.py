@@ -62,7 +62,7 @@ class WarmStart:
         if machine.node_type not in roletemplates.ROLES:
             return None, "not a Slurm node"
         if not machine.role_template:
-            return None, "a HyperPod-shaped node: its lifecycle scripts set it up"
+            return None, "its cluster forks no role template (Lab.RoleTemplates false, or HyperPod-shaped nodes)"
         if machine.state_disk and (paths.pool_dir() / machine.state_disk).exists():
             return None, "its state disk holds the cluster's state (a role template's memory expects its own)"
         driver = kvm.detect().driver

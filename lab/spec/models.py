@@ -155,6 +155,9 @@ class LabConfig(_Shape):
     # Slurm: docs/hyperpod-nodes.md); Lab (default unless a lifecycle folder holds provisioning_parameters.json)
     NodeEnvironment: Literal["Lab", "HyperPod"] | None = None
     Jupyter: bool | None = None  # JupyterHub on the login nodes, notebooks as Slurm jobs (issue 31)
+    # false: no node is forked from a role template; each is forked from its box's plain template and
+    # fully configured (a verification run of the roles' whole path; docs/adr/0022)
+    RoleTemplates: bool | None = None
 
     @field_validator("Users", mode="before")
     @classmethod

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from lab.providers import savefile, templates
-from lab.providers.base import ClusterNet, MachineSpec, Start, start_of
+from lab.providers.base import ClusterNet, MachineSpec, Start, role_templates_of, start_of
 from lab.providers.base import cluster_of
 from lab.providers.fork import Identity, fork_of, fork_xml, identity_archive
 
@@ -153,6 +153,26 @@ def test_two_forks_never_share_an_identity():
 def test_start_comes_from_the_spec():
     assert start_of({}) == Start.WARM and start_of({"Lab": {"Box": "b"}}) == Start.WARM
     assert start_of({"Lab": {"Start": "Cold"}}) == Start.COLD
+
+
+def test_role_templates_are_used_unless_the_spec_turns_them_off():
+    assert role_templates_of({}) and role_templates_of({"Lab": {"RoleTemplates": True}})
+    assert not role_templates_of({"Lab": {"RoleTemplates": False}})
+    assert not role_templates_of({"Lab": {"NodeEnvironment": "HyperPod"}})
+
+
+def test_the_spec_takes_role_templates_true_or_false(tmp_path, lab_home):
+    from lab.spec.load import load_spec
+    from lab.spec.problems import SpecInvalid
+    from tests.specs import BASE
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(BASE + "Lab: {RoleTemplates: false}\n")
+    assert role_templates_of(load_spec(spec).to_dict()) is False
+    spec.write_text(BASE + "Lab: {RoleTemplates: 'off'}\n")
+    with pytest.raises(SpecInvalid) as ei:
+        load_spec(spec)
+    assert "Lab.RoleTemplates: 'off' is not true or false" in ei.value.message
 
 
 def test_a_cold_spec_or_a_remote_host_boots_cold(monkeypatch):

@@ -1,6 +1,7 @@
 """The lab's own top-level key `Lab`: Box, Users (student accounts), Gpus (emulated GPUs), Start
 (Warm: nodes forked from a saved template; Cold: booted; docs/adr/0011) and NodeEnvironment (Lab, or
-HyperPod: nodes shaped like HyperPod's for its lifecycle scripts; docs/adr/0015)."""
+HyperPod: nodes shaped like HyperPod's for its lifecycle scripts; docs/adr/0015), Jupyter and
+RoleTemplates (false: every node fully configured; docs/adr/0022)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from ..problems import Loc, Problem
 
 _BOX = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
 
-LAB_KEYS = ("Box", "Users", "Gpus", "Start", "NodeEnvironment", "Jupyter")
+LAB_KEYS = ("Box", "Users", "Gpus", "Start", "NodeEnvironment", "Jupyter", "RoleTemplates")
 USERS_KEYS = ("Count", "Prefix", "Password")
 USERS_MAX = 200
 USER_PREFIX = "user"
@@ -188,6 +189,10 @@ def check_lab(lab: Any, groups: Any = None) -> list[Problem]:
             elif value and isinstance(groups, list) and not any(_is_login(g) for g in groups):
                 problems.append(Problem(("Lab", "Jupyter"), "JupyterHub runs on a login node and the cluster has none",
                                         "add an instance group with SlurmConfig: {NodeType: Login}, or leave Jupyter out"))
+        elif key == "RoleTemplates":
+            if not isinstance(value, bool):
+                problems.append(Problem(("Lab", "RoleTemplates"), f"{value!r} is not true or false",
+                                        "use false (every node fully configured by its role) or leave it out"))
         else:
             problems.append(Problem(("Lab", str(key)), f"unknown field: the lab's own settings are: {', '.join(LAB_KEYS)}", "remove it"))
     return problems
