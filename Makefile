@@ -40,10 +40,19 @@ e2e: BOX_FOR = --for examples/workshop.yaml
 e2e: box          ## real VMs only
 	$(PYTEST) -v --durations=40 -m e2e tests
 
-test: BOX_FOR = --for examples/workshop.yaml  # the e2e cluster's shapes: their templates before the tests
+# Two pytest streams at once (scripts/streams.py, issue 43): the class cluster's module alone, and the
+# rest (unit and API tests first, then the other clusters). Every e2e module is in exactly one stream
+# (tests/unit/test_streams.py checks it).
+STREAM_CLASS = tests/e2e/test_cluster.py
+STREAM_REST  = tests/unit tests/api tests/e2e/test_updates.py tests/e2e/test_hyperpod.py \
+               tests/e2e/test_legacy_rollback.py tests/e2e/test_host.py
+
+test: BOX_FOR = --for examples/workshop.yaml  # the e2e clusters' shapes: their templates before the tests
 test: box lint    ## every test: lint + unit + real VMs
 	mkdir -p artifacts
-	$(PYTEST) -v --durations=40 --junitxml=artifacts/junit.xml tests
+	$(PYTHON) scripts/streams.py $(PYTEST) --junit-dir artifacts $(if $(CI_PHASES),--phases $(CI_PHASES)) \
+	  class="-v --durations=20 -p no:cacheprovider $(STREAM_CLASS)" \
+	  rest="-v --durations=20 -p no:cacheprovider $(STREAM_REST)"
 
 clean:
 	rm -rf $(VENV) artifacts

@@ -1,12 +1,15 @@
 """Where a test run's time went (issue 43): each phase's seconds and the slowest tests, from pytest's
 JUnit XML and the seconds the Makefile noted for the phases before pytest.
 
-    python scripts/ci_times.py artifacts/junit.xml [--phases artifacts/phases] [--total-s N] [--json OUT]
+    python scripts/ci_times.py JUNIT [JUNIT ...] [--phases artifacts/phases] [--total-s N] [--json OUT]
 
 Phases: setup (packages, virtualenv, libvirtd, the box and its templates) and lint, as `make test` noted
 them (a line "NAME SECONDS" each in --phases); unit, api and e2e, the sums of pytest's own test times
-under tests/unit, tests/api and tests/e2e (set-up and teardown of fixtures included). --json writes
-{"total_s", "phases": {name: seconds}, "tests": {id: seconds}}, the shape of bench/results/ci-<time>.json.
+under tests/unit, tests/api and tests/e2e (set-up and teardown of fixtures included), over every JUnit
+file given. `make test` runs pytest in parallel streams (scripts/streams.py), one JUnit file each, and
+notes each stream's wall time as a line "stream:NAME SECONDS": those are `streams`, not phases (the
+phases then add up to more than the total). --json writes {"total_s", "phases": {name: seconds},
+"streams": {name: seconds}, "tests": {id: seconds}}, the shape of bench/results/ci-<time>.json.
 Standard library only: it runs before and after the virtualenv exists.
 """
 
@@ -38,11 +41,14 @@ def phase_of(test_id: str) -> str:
 
 
 def summary(tests: dict[str, float], before: dict[str, float], total_s: float | None) -> dict:
-    phases = dict(before)
+    phases = {k: v for k, v in before.items() if not k.startswith("stream:")}
+    streams = {k.split(":", 1)[1]: round(v, 1) for k, v in before.items() if k.startswith("stream:")}
     for t, s in tests.items():
         p = phase_of(t)
         phases[p] = phases.get(p, 0.0) + s
     res = {"phases": {k: round(v, 1) for k, v in phases.items()}, "tests": {k: round(v, 1) for k, v in tests.items()}}
+    if streams:
+        res["streams"] = streams
     if total_s is not None:
         res["total_s"] = round(total_s, 1)
     return res
@@ -65,6 +71,8 @@ def read_phases(path: Path | None) -> dict[str, float]:
 def render(res: dict) -> str:
     lines = ["ci: time per phase: " + ", ".join(f"{k} {v:.0f} s" for k, v in res["phases"].items())
              + (f" (total {res['total_s']:.0f} s)" if "total_s" in res else "")]
+    if res.get("streams"):
+        lines.append("ci: pytest's streams, in parallel: " + ", ".join(f"{k} {v:.0f} s" for k, v in res["streams"].items()))
     slow = sorted(res["tests"].items(), key=lambda kv: -kv[1])[:SLOWEST]
     lines.append(f"ci: the {len(slow)} slowest tests:")
     lines += [f"ci: {s:8.1f} s  {t}" for t, s in slow]
@@ -73,15 +81,18 @@ def render(res: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("junit", type=Path)
+    ap.add_argument("junit", type=Path, nargs="+")
     ap.add_argument("--phases", type=Path, help="lines 'NAME SECONDS' noted before pytest (make test)")
     ap.add_argument("--total-s", type=float)
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args(argv)
-    if not args.junit.exists():
-        print(f"ci: no {args.junit}: pytest did not get to write it", file=sys.stderr)
-        return 1
-    res = summary(test_times(args.junit), read_phases(args.phases), args.total_s)
+    tests: dict[str, float] = {}
+    for junit in args.junit:
+        if not junit.exists():
+            print(f"ci: no {junit}: pytest did not get to write it", file=sys.stderr)
+            return 1
+        tests.update(test_times(junit))
+    res = summary(tests, read_phases(args.phases), args.total_s)
     print(render(res))
     if args.json:
         args.json.write_text(json.dumps(res, indent=1) + "\n")

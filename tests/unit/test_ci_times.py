@@ -38,6 +38,18 @@ def test_phases_sum_the_tests_under_each_folder_and_the_steps_before_pytest(tmp_
     assert lines[2].endswith("tests/e2e/test_cluster.py::test_rolling_update") and "347.0 s" in lines[2]
 
 
+def test_streams_are_wall_times_beside_the_phases_and_every_junit_counts(tmp_path):
+    (tmp_path / "a.xml").write_text(JUNIT)
+    (tmp_path / "b.xml").write_text(JUNIT.replace("tests.e2e.test_cluster", "tests.e2e.test_updates"))
+    (tmp_path / "phases").write_text("setup 10\nstream:class 600\nstream:rest 450\n")
+    assert ci_times.main([str(tmp_path / "a.xml"), str(tmp_path / "b.xml"), "--phases", str(tmp_path / "phases"),
+                          "--json", str(tmp_path / "t.json")]) == 0
+    res = json.loads((tmp_path / "t.json").read_text())
+    assert res["streams"] == {"class": 600.0, "rest": 450.0} and res["phases"]["e2e"] == 1034.0
+    assert "tests/e2e/test_updates.py::test_inservice" in res["tests"]
+    assert ci_times.main([str(tmp_path / "a.xml"), str(tmp_path / "missing.xml")]) == 1
+
+
 def test_no_junit_says_so_and_fails(tmp_path):
     assert ci_times.main([str(tmp_path / "junit.xml")]) == 1
 

@@ -1,0 +1,104 @@
+"""What the e2e modules do through slurmlab's command line, for a named cluster: run a command, describe,
+list nodes, ssh to a node (as a student too), wait for a job in accounting, the cluster's events; and
+`slurmlab serve` for their boto3 tests. Each module has its own lab home and clusters (tests/e2e/lock.py
+says why two streams of them can run at once)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+DONE = ("COMPLETED", "FAILED", "OUT_OF_MEMORY", "CANCELLED", "TIMEOUT")
+
+
+def sl(*args, check=True, timeout=2400) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "lab", *args]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    sys.stderr.write(p.stderr[-4000:])
+    if check and p.returncode != 0:
+        raise AssertionError(f"slurmlab {' '.join(args)} exited {p.returncode}\n{p.stdout}\n{p.stderr[-3000:]}")
+    return p
+
+
+def wait(cond, timeout: float, what: str, every: float = 5.0):
+    deadline = time.monotonic() + timeout
+    while not (got := cond()):
+        assert time.monotonic() < deadline, f"timed out after {timeout:.0f} s waiting for {what}"
+        time.sleep(every)
+    return got
+
+
+def keep(name: str, p: subprocess.CompletedProcess) -> None:
+    """The command's output in artifacts/ (docs/workshop.md quotes these runs)."""
+    (REPO / "artifacts").mkdir(exist_ok=True)
+    (REPO / "artifacts" / name).write_text(f"$ {' '.join(['slurmlab', *p.args[3:]])}\n{p.stdout}{p.stderr}[rc={p.returncode}]\n")
+
+
+def events_of(cluster: str) -> list[str]:
+    return [e["Description"] for e in json.loads(sl("list-cluster-events", cluster, "--output", "json").stdout)["Events"]]
+
+
+class Cluster:
+    """One cluster of the module's lab home, by name."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def describe(self) -> dict:
+        return json.loads(sl("describe-cluster", self.name, "--output", "json").stdout)
+
+    def nodes(self) -> dict[str, dict]:
+        data = json.loads(sl("list-cluster-nodes", self.name, "--output", "json").stdout)
+        return {n["NodeLogicalId"]: n for n in data["ClusterNodeSummaries"]}
+
+    def on(self, node: str, command: str) -> str:
+        p = sl("ssh", self.name, node, "--", command, check=False, timeout=300)
+        assert p.returncode == 0, f"{command!r} on {node} failed: {p.stdout}{p.stderr}"
+        return p.stdout
+
+    def student(self, command: str, user: str = "user03", node: str = "login") -> str:
+        """`command` as a student account, in its home (the shared /home). Not `sudo -i`: it escapes
+        the command for the login shell, and `$(...)` then reaches sh broken."""
+        return self.on(node, f"sudo -u {user} -H -- sh -c {shlex.quote('cd && ' + command)}")
+
+    def job_state(self, job: str, timeout: float = 120, want=DONE) -> tuple[str, str]:
+        """(State, NodeList) of a job in Slurm accounting, once it reached one of `want`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            rows = [r for r in self.on("login", f"sacct -n -X -P -j {job} -o State,NodeList").splitlines() if "|" in r]
+            row = rows[0].split("|") if rows else ["", ""]
+            state = row[0].split()[0] if row[0].strip() else ""  # "CANCELLED by 1000" -> CANCELLED
+            if state in want or time.monotonic() > deadline:
+                return state, row[1]
+            time.sleep(3)
+
+
+class Served:
+    """`slurmlab serve` on a module's lab home, started once for the module's boto3 tests."""
+
+    def __init__(self, home: Path):
+        self.log = open(home / "serve.log", "w")
+        self.proc = subprocess.Popen([sys.executable, "-m", "lab", "serve", "--provider", "vagrant", "--port", "0"],
+                                     stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        (home / "serve.json").unlink(missing_ok=True)
+        wait(lambda: (home / "serve.json").exists() or self.proc.poll() is not None, 60, "slurmlab serve", 0.2)
+        assert self.proc.poll() is None, (home / "serve.log").read_text()[-2000:]
+        time.sleep(0.3)
+        self.url = json.loads((home / "serve.json").read_text())["url"]
+
+    def client(self):
+        import boto3
+
+        return boto3.client("sagemaker", endpoint_url=self.url, region_name="us-east-1",
+                            aws_access_key_id="x", aws_secret_access_key="x")
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=30)
+        self.log.close()

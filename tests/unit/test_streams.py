@@ -1,0 +1,90 @@
+"""scripts/streams.py (issue 43): pytest in parallel streams, each line prefixed, each stream's JUnit file,
+and a failure (pytest's 5, no test collected, included) fails the whole run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+FAKE = """import sys, time
+args = sys.argv[1:]
+junit = next(a.split("=", 1)[1] for a in args if a.startswith("--junitxml="))
+open(junit, "w").write("<testsuites/>")
+time.sleep(float(args[1]))
+print("ran", args[0])
+sys.exit(int(args[0]))
+"""
+
+
+def _run(tmp_path: Path, *streams: str) -> subprocess.CompletedProcess:
+    fake = tmp_path / "fake-pytest"
+    fake.write_text(f"#!{sys.executable}\n{FAKE}")
+    fake.chmod(0o755)
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "streams.py"), str(fake), "--junit-dir",
+                           str(tmp_path / "out"), "--phases", str(tmp_path / "phases"), *streams],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_streams_run_at_once_each_with_its_junit_and_its_wall_time(tmp_path):
+    t0 = time.monotonic()
+    p = _run(tmp_path, "a=0 3", "b=0 3")
+    took = time.monotonic() - t0
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "[a] ran 0" in p.stdout and "[b] ran 0" in p.stdout
+    assert (tmp_path / "out" / "junit-a.xml").exists() and (tmp_path / "out" / "junit-b.xml").exists()
+    noted = dict(line.split() for line in (tmp_path / "phases").read_text().splitlines())
+    assert set(noted) == {"stream:a", "stream:b"}
+    assert took < 5.5, f"the streams ran one after the other ({took:.1f} s)"
+
+
+def test_a_failing_stream_fails_the_run_and_no_test_collected_is_a_failure(tmp_path):
+    p = _run(tmp_path, "a=0 0", "b=5 0")
+    assert p.returncode == 5 and "streams: [b] exited 5" in p.stdout
+    assert _run(tmp_path, "a=1 0", "b=0 0").returncode == 1
+
+
+def test_a_stream_without_a_name_is_refused(tmp_path):
+    p = _run(tmp_path, "tests/unit")
+    assert p.returncode == 2 and "NAME='pytest arguments'" in p.stderr
+
+
+def test_every_test_module_is_in_exactly_one_stream_of_make_test():
+    """A module left out of both streams would never run in CI, and one in both would run twice at once."""
+    import re
+
+    text = (ROOT / "Makefile").read_text().replace("\\\n", " ")
+    streams = {m.group(1): m.group(2).split() for m in re.finditer(r"^STREAM_(\w+)\s*=\s*(.*)$", text, re.M)}
+    assert set(streams) == {"CLASS", "REST"}, streams
+    paths = [p for ps in streams.values() for p in ps]
+    assert len(paths) == len(set(paths)), paths
+    covered = set()
+    for p in paths:
+        target = ROOT / p
+        assert target.exists(), f"{p} is in a stream and does not exist"
+        covered |= {target} if target.is_file() else set(target.glob("test_*.py"))
+    modules = set((ROOT / "tests").glob("*/test_*.py"))
+    assert modules - covered == set(), f"in no stream of make test: {sorted(str(m) for m in modules - covered)}"
+
+
+def test_a_test_that_stops_libvirtd_waits_for_the_other_e2e_session(tmp_path, monkeypatch):
+    """tests/e2e/lock.py: alone() waits while another session holds its share, and gets it once that ends."""
+    import pytest
+
+    from tests.e2e import lock
+
+    monkeypatch.setattr(lock, "LOCK_FILE", str(tmp_path / "e2e.lock"))
+    other = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys, time\n"
+                              f"fd = os.open({str(tmp_path / 'e2e.lock')!r}, os.O_RDWR | os.O_CREAT)\n"
+                              "fcntl.flock(fd, fcntl.LOCK_SH); print('held', flush=True); time.sleep(4)"],
+                             stdout=subprocess.PIPE, text=True)
+    assert other.stdout.readline().strip() == "held"
+    with lock.shared() as fd:
+        with pytest.raises(AssertionError, match="another e2e session still runs"):
+            with lock.alone(fd, timeout=0.5):
+                pass
+        with lock.alone(fd, timeout=30) as waited:
+            assert other.poll() is not None and waited > 0
+    other.wait()
