@@ -421,61 +421,54 @@ def _until_idle(node: str, timeout: float = 900) -> None:
     _wait(lambda: on("login", f"sinfo -h -N -n {node} -o %T").strip() == "idle", timeout, f"{node} idle in Slurm")
 
 
-def test_a_stopped_slurmd_is_seen_and_repaired():
-    """Issue 26: slurmd stopped on a compute node. Slurm calls it not responding (idle*, then down* after
-    SlurmdTimeout 60 s); within one poll the lab shows it (the node's message names the Slurm state, its group Degraded, one event),
-    restarts slurmd (NodeRecovery Automatic, the ladder's first step), and the node is usable again."""
-    node, other = f"{NAME}-compute-1", f"{NAME}-compute-2"
-    _until_idle(node)
-    mark = _event_ids()
-    on(node, "sudo systemctl stop slurmd")
-    try:
-        # NOT_RESPONDING (idle*) first, DOWN after SlurmdTimeout: the lab acts on either
-        _wait(lambda: any(x in on("login", f"sinfo -h -N -n {node} -o %T") for x in ("*", "down")), 300,
-              "Slurm to call the node not responding")
-        seen = time.monotonic()
-        # the node's message is written when Slurm's answer arrives, its group's status on the engine's next
-        # pass (a tick later): one describe must show both, the mark lasting RECOVER_AFTER_S (30 s) at least
-        _wait(lambda: _marked_and_degraded(node), 60, "the lab to show the Slurm state and the group Degraded")
-        shown = time.monotonic() - seen
-        _until_idle(node, 300)
-    finally:  # whatever failed above, the next test gets a node with its slurmd
-        if on(node, "systemctl is-active slurmd").strip() != "active":
-            on(node, "sudo systemctl start slurmd")
-    _wait(lambda: not nodes()[node]["InstanceStatus"].get("Message"), 120, "the mark to go")
-    events = [e["Description"] for e in _events_since(mark)]
-    _keep("slurmd-stopped-events.txt", subprocess.CompletedProcess([], 0, "\n".join(events), ""))
-    assert any(e.startswith(f"{node}: Slurm: ") and "NodeRecovery Automatic" in e for e in events), events
-    assert any("restarting slurmd" in e for e in events), events
-    assert any(e.startswith(f"{node}: usable in Slurm again") for e in events), events
-    assert on(node, "systemctl is-active slurmd").strip() == "active"
-    assert shown < 45, f"the lab showed the Slurm state {shown:.0f} s after Slurm (poll every 15 s)"
-    hosts = sorted(on("login", "timeout 300 srun -p dev -N2 hostname").split())
-    assert hosts == sorted([node, other]), hosts
-
-
-def test_action_reboot_reboots_the_same_vm_and_another_drain_is_left_alone():
-    """Issue 26: `scontrol update state=fail reason="Action:Reboot"` (HyperPod's documented way) reboots
-    that node's VM (same instance id) and it rejoins; a node drained for another reason at the same
-    time is the user's business: the lab leaves it drained and untouched."""
-    node, drained = f"{NAME}-compute-2", f"{NAME}-compute-1"
+def test_a_stopped_slurmd_and_an_action_reboot_at_once_and_a_drain_by_hand_left_alone():
+    """Issue 26, on three nodes at once (one test: the engine repairs several nodes in the same passes).
+    compute-1's slurmd stopped: Slurm calls it not responding (idle*, then down* after SlurmdTimeout 60 s);
+    within one poll the lab shows it (the node's message names the Slurm state, its group Degraded, one
+    event), restarts slurmd (NodeRecovery Automatic, the ladder's first step), and the node is usable
+    again. compute-2 failed with `scontrol update state=fail reason="Action:Reboot"` (HyperPod's documented
+    way): its VM reboots (the same instance id) and it rejoins. gpu-1 drained by hand at the same time for
+    another reason: the user's business, left drained and untouched."""
+    stopped, rebooted, drained = f"{NAME}-compute-1", f"{NAME}-compute-2", f"{NAME}-gpu-1"
+    _until_idle(stopped)
     before = nodes()
     mark = _event_ids()
     on("controller", f"sudo scontrol update nodename={drained} state=drain reason='disk check by hand'")
     try:
-        on("controller", f"sudo scontrol update nodename={node} state=fail reason='Action:Reboot'")
-        _wait(lambda: any(e["Description"] == f"{node}: rebooted" for e in _events_since(mark)), 900, "the reboot")
-        _until_idle(node)
+        on(stopped, "sudo systemctl stop slurmd")
+        on("controller", f"sudo scontrol update nodename={rebooted} state=fail reason='Action:Reboot'")
+        # NOT_RESPONDING (idle*) first, DOWN after SlurmdTimeout: the lab acts on either
+        _wait(lambda: any(x in on("login", f"sinfo -h -N -n {stopped} -o %T") for x in ("*", "down")), 300,
+              "Slurm to call the node not responding")
+        seen = time.monotonic()
+        # the node's message is written when Slurm's answer arrives, its group's status on the engine's next
+        # pass (a tick later): one describe must show both, the mark lasting RECOVER_AFTER_S (30 s) at least
+        _wait(lambda: _marked_and_degraded(stopped), 60, "the lab to show the Slurm state and the group Degraded")
+        shown = time.monotonic() - seen
+        _until_idle(stopped, 300)
+        _wait(lambda: any(e["Description"] == f"{rebooted}: rebooted" for e in _events_since(mark)), 900, "the reboot")
+        _until_idle(rebooted)
         after = nodes()
-        assert after[node]["InstanceId"] == before[node]["InstanceId"]
-        assert after[drained]["InstanceId"] == before[drained]["InstanceId"]
+        assert {n: after[n]["InstanceId"] for n in (stopped, rebooted, drained)} == {
+            n: before[n]["InstanceId"] for n in (stopped, rebooted, drained)}
         assert on("login", f"sinfo -h -N -n {drained} -o '%T|%E'").strip() == "drained|disk check by hand"
-        events = [e["Description"] for e in _events_since(mark)]
-        assert not [e for e in events if e.startswith(drained)], events  # no mark, no recovery of the drained node
-        assert any(e.startswith(f"{node}: Slurm reason 'Action:Reboot'") for e in events), events
-    finally:  # the user's drain is the test's own: the next test gets the node back whatever failed above
+    finally:  # whatever failed above, the next test gets its nodes back: slurmd running, the user's drain gone
+        if on(stopped, "systemctl is-active slurmd || true").strip() != "active":
+            on(stopped, "sudo systemctl start slurmd")
         on("controller", f"sudo scontrol update nodename={drained} state=resume")
     _until_idle(drained, 120)
+    _wait(lambda: not nodes()[stopped]["InstanceStatus"].get("Message"), 120, "the mark to go")
+    events = [e["Description"] for e in _events_since(mark)]
+    _keep("slurmd-stopped-events.txt", subprocess.CompletedProcess([], 0, "\n".join(events), ""))
+    assert any(e.startswith(f"{stopped}: Slurm: ") and "NodeRecovery Automatic" in e for e in events), events
+    assert any(e.startswith(stopped) and "restarting slurmd" in e for e in events), events
+    assert any(e.startswith(f"{stopped}: usable in Slurm again") for e in events), events
+    assert any(e.startswith(f"{rebooted}: Slurm reason 'Action:Reboot'") for e in events), events
+    assert not [e for e in events if e.startswith(drained)], events  # no mark, no recovery of the drained node
+    assert on(stopped, "systemctl is-active slurmd").strip() == "active"
+    assert shown < 45, f"the lab showed the Slurm state {shown:.0f} s after Slurm (poll every 15 s)"
+    hosts = sorted(on("login", "timeout 300 srun -p dev -N2 hostname").split())
+    assert hosts == sorted([stopped, rebooted]), hosts
 
 
 def test_action_replace_under_an_auto_resume_step():
