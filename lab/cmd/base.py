@@ -49,10 +49,10 @@ def store():
 def node_named(st, name: str, node: str):
     """The node `node` of cluster `name` (a node's name, or a group's name for its first node): its store
     row; a LabError naming the fix when there is none."""
-    from lab.control import clusters
+    from lab.control.lookup import get
     from lab.errors import LabError
 
-    clusters.get(st, name)
+    get(st, name)
     nodes = st.nodes(name)
     match = next((n for n in nodes if n.name == node), None) or next((n for n in nodes if n.grp == node), None)
     if match is None:

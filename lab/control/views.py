@@ -14,6 +14,7 @@ from lab.engine.plan import group_settled, node_status
 from lab.engine.rolling import cluster_box
 from lab.engine.sight import stale_note
 from lab.engine.watching import ENGINE_STALE_S
+from lab.control.lookup import get
 from lab.errors import NotFound, UsageError
 from lab.osutil import epoch, iso, iso_seconds, ms
 from lab.providers import registry
@@ -38,13 +39,6 @@ def arn(name: str, region: str | None = None, account: str | None = None) -> str
     one the client signed its request for) and `account`, else the lab's defaults."""
     return (f"arn:aws:sagemaker:{region or default_region()}:{account or default_account()}:cluster/"
             f"{hashlib.sha256(name.encode()).hexdigest()[:12]}")
-
-
-def get(st: Store, name: str) -> ClusterRow:
-    c = st.cluster(name)
-    if c is None:
-        raise NotFound(f"no cluster named '{name}'", "list them with: slurmlab list-clusters")
-    return c
 
 
 # ------------------------------------------------------------------------------------ clusters

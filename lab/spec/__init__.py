@@ -9,56 +9,38 @@
 See docs/spec.md.
 """
 
-from .catalog import (
-    DEFAULTS,
-    GPUS,
-    RULE,
-    Catalog,
-    VmSize,
-    check_instance_type,
-    gpu_count,
-    load_catalog,
-    rule_size,
-)
-from .load import (
-    apply_update,
-    check_update,
-    load_spec,
-    loads_spec,
-    spec_from_request,
-    with_instance_count,
-    with_lab,
-    with_users,
-)
-from .models import (
-    ClusterInstanceGroupSpecification,
-    ClusterInstanceRequirements,
-    ClusterLifeCycleConfig,
-    ClusterOrchestrator,
-    ClusterOrchestratorSlurmConfig,
-    ClusterSlurmConfig,
-    ClusterSpec,
-    LabConfig,
-    LabUsers,
-    group_gpus,
-)
-from .problems import Problem, SpecInvalid
-from .rules import (
-    DEFAULT_MAX_NODES_PER_GROUP,
-    DEFAULT_PARTITION,
-    MAX_NODES_ENV,
-    max_nodes_per_group,
-)
-from .servicemodel import instance_types
+import importlib
 
-InstanceGroup = ClusterInstanceGroupSpecification  # short alias
+# What each name is (the submodule that defines it), imported when first asked for: a command that
+# needs one spec module (e.g. `slurmlab ssh`, through lab.spec.extensions) does not pay for botocore's
+# service model and the rules.
+_FROM = {
+    **dict.fromkeys(("DEFAULTS", "GPUS", "RULE", "Catalog", "VmSize", "check_instance_type", "gpu_count",
+                     "load_catalog", "rule_size"), "catalog"),
+    **dict.fromkeys(("apply_update", "check_update", "load_spec", "loads_spec", "spec_from_request",
+                     "with_instance_count", "with_lab", "with_users"), "load"),
+    **dict.fromkeys(("ClusterInstanceGroupSpecification", "ClusterInstanceRequirements", "ClusterLifeCycleConfig",
+                     "ClusterOrchestrator", "ClusterOrchestratorSlurmConfig", "ClusterSlurmConfig", "ClusterSpec",
+                     "LabConfig", "LabUsers", "group_gpus"), "models"),
+    **dict.fromkeys(("Problem", "SpecInvalid"), "problems"),
+    **dict.fromkeys(("DEFAULT_MAX_NODES_PER_GROUP", "DEFAULT_PARTITION", "MAX_NODES_ENV", "max_nodes_per_group"),
+                    "rules"),
+    "instance_types": "servicemodel",
+}
 
 
 def __getattr__(name: str):
     # INSTANCE_TYPES: HyperPod's instance types, read from botocore's model when first asked for.
     if name == "INSTANCE_TYPES":
-        return instance_types()
+        return __getattr__("instance_types")()
+    if name == "InstanceGroup":  # short alias
+        return __getattr__("ClusterInstanceGroupSpecification")
+    if name in _FROM:
+        value = getattr(importlib.import_module(f".{_FROM[name]}", __name__), name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "Catalog",

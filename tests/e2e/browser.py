@@ -67,7 +67,7 @@ class Browser:
 
     def go(self, url: str) -> None:
         self.send("Page.navigate", url=url)
-        self.until("document.readyState === 'complete' && location.href !== 'about:blank'", 120, f"{url} to load")
+        self.until("document.readyState === 'complete' && location.href !== 'about:blank'", 300, f"{url} to load")
 
     def until(self, expression: str, timeout: float, what: str, every: float = 1.0):
         """Waits until the expression is truthy in the page (a page that navigates meanwhile is asked again)."""

@@ -60,27 +60,29 @@ def _kernel_settled(b: Browser, checks: int = 4) -> None:
 
 def _log_in(b: Browser, url: str, user: str, password: str) -> None:
     b.go(url + "hub/login")
-    b.until("document.querySelector('#username_input') !== null", 60, "the login form")
+    b.until("document.querySelector('#username_input') !== null", 180, "the login form")
     b.js(f"""document.querySelector('#username_input').value = {json.dumps(user)};
              document.querySelector('#password_input').value = {json.dumps(password)};
              document.querySelector('#login_submit').click(); true""")
 
 
 def student_session(name: str, password: str, on: Callable[[str, str], str], shots: Path, profile: Path) -> dict:
-    """The whole session as user01; returns what it measured and saw (for the test's asserts and the docs)."""
+    """The whole session as user01; returns what it measured and saw (for the test's asserts and the docs).
+    The waits are long: `make test` runs another stream of VMs beside this one, and Chromium, the hub and
+    JupyterLab then share the two cores with them."""
     seen: dict = {}
     opened = Opened(name)
     b = Browser(profile, 1280, 860)
     try:
         url = opened.url
         _log_in(b, url, "user01", "not-the-password")
-        b.until("document.body.innerText.includes('Invalid username or password')", 120, "the wrong password refused")
+        b.until("document.body.innerText.includes('Invalid username or password')", 300, "the wrong password refused")
         seen["refused_at"] = b.url
 
         _log_in(b, url, "user01", password)
-        b.until("!location.pathname.endsWith('/hub/login')", 120, "the login to go through")
+        b.until("!location.pathname.endsWith('/hub/login')", 300, "the login to go through")
         b.go(url + "hub/spawn")  # where the login leads too, unless a server of user01's is known
-        b.until("document.querySelector('#spawn_form select[name=partition]') !== null", 120, "the spawn form")
+        b.until("document.querySelector('#spawn_form select[name=partition]') !== null", 300, "the spawn form")
         seen["partitions"] = b.js("[...document.querySelectorAll('#spawn_form option')].map(o => o.value)")
         t0 = time.monotonic()
         b.js("document.querySelector('#spawn_form [type=submit]').click(); true")
@@ -97,10 +99,10 @@ def student_session(name: str, password: str, on: Callable[[str, str], str], sho
                 "document.querySelector('[data-command=\"launcher:create\"]') !== null", 600, "JupyterLab", every=2)
         seen["ready_s"] = time.monotonic() - t0
         try:
-            b.until(f"document.querySelector('{LAUNCHER}') !== null", 20, "JupyterLab's launcher")
+            b.until(f"document.querySelector('{LAUNCHER}') !== null", 60, "JupyterLab's launcher")
         except AssertionError:  # Lab restored user01's last workspace (a notebook, no launcher): start afresh
             b.go(url + "user/user01/lab?reset")
-            b.until(f"document.querySelector('{LAUNCHER}') !== null", 120, "JupyterLab's launcher")
+            b.until(f"document.querySelector('{LAUNCHER}') !== null", 300, "JupyterLab's launcher")
 
         b.js(f"document.querySelector('{LAUNCHER}').click(); true")
         b.until(f"document.querySelector('{EDITOR}') !== null && document.querySelector('.jp-Notebook-ExecutionIndicator') "
@@ -125,7 +127,7 @@ def student_session(name: str, password: str, on: Callable[[str, str], str], sho
         b.screenshot(shots / "jupyterlab.png")
 
         b.go(url + "hub/home")
-        b.until("document.querySelector('#stop') !== null", 60, "the hub's home page")
+        b.until("document.querySelector('#stop') !== null", 180, "the hub's home page")
         b.js("document.querySelector('#stop').click(); true")
         # JupyterHub 5's home page: the stop button goes, "My Server" becomes "Start My Server"
         b.until("document.querySelector('#stop').offsetParent === null && "
@@ -133,9 +135,9 @@ def student_session(name: str, password: str, on: Callable[[str, str], str], sho
         seen["stopped"] = True
 
         b.go(url + "hub/logout")
-        b.until("document.querySelector('#username_input') !== null", 60, "the login page after logout")
+        b.until("document.querySelector('#username_input') !== null", 180, "the login page after logout")
         b.go(url + "hub/home")
-        b.until("document.querySelector('#username_input') !== null", 60, "the login page (no session left)")
+        b.until("document.querySelector('#username_input') !== null", 180, "the login page (no session left)")
         seen["logged_out_at"] = b.url
     except BaseException:
         try:

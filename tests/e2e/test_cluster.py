@@ -267,7 +267,11 @@ def test_a_student_in_jupyterlab_in_a_browser(tmp_path):
     from tests.e2e.hub import student_session
 
     password = json.loads(sl("users", "show", NAME, "--output", "json").stdout)["Password"]
-    seen = student_session(NAME, password, on, REPO / "artifacts", tmp_path / "chromium")
+    try:
+        seen = student_session(NAME, password, on, REPO / "artifacts", tmp_path / "chromium")
+    except BaseException:  # a notebook's job left running would hold a compute node from every later test
+        on("login", "sudo scancel -u user01 || true")
+        raise
     _keep("jupyterhub-session.json", subprocess.CompletedProcess([], 0, json.dumps(seen, indent=1), ""))
     assert "/hub/login" in seen["refused_at"]
     assert seen["partitions"][0] == "dev" and "gpu" in seen["partitions"]
