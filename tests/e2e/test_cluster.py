@@ -42,7 +42,7 @@ from lab.osutil import live_processes
 from lab.providers import network
 from tests.e2e import lock
 from tests.e2e.homes import close_home
-from tests.e2e.labcli import REPO, Cluster, Served, sl
+from tests.e2e.labcli import REPO, Cluster, sl
 from tests.e2e.labcli import keep as _keep
 from tests.e2e.labcli import wait as _wait
 
@@ -72,13 +72,6 @@ def lab_home(tmp_path_factory):
         shutil.copytree(home / "clusters" / NAME / "ansible", dest / "ansible", dirs_exist_ok=True,
                         ignore=shutil.ignore_patterns("fact_cache"))
     close_home(home, old, NAME, "engine.log")
-
-
-@pytest.fixture(scope="module")
-def served(lab_home):
-    s = Served(lab_home)
-    yield s
-    s.stop()
 
 
 def test_bad_spec_creates_nothing(tmp_path):

@@ -23,7 +23,7 @@ import yaml
 from lab.host import libvirtd
 from lab.providers import network
 from tests.e2e.homes import close_home
-from tests.e2e.labcli import REPO, Cluster, Served, events_of, keep, sl, wait
+from tests.e2e.labcli import REPO, Cluster, events_of, keep, sl, wait
 
 pytestmark = pytest.mark.e2e
 
@@ -62,13 +62,6 @@ def lab_home(tmp_path_factory):
     yield home
     sl("delete-cluster", TWIN, check=False, timeout=900)
     close_home(home, old, NAME, "engine-updates.log")
-
-
-@pytest.fixture(scope="module")
-def served(lab_home):
-    s = Served(lab_home)
-    yield s
-    s.stop()
 
 
 def test_the_cluster_from_role_templates_and_its_twin_fully_configured_come_up():
@@ -337,12 +330,3 @@ def test_a_second_host_takes_the_cluster_the_first_has_no_room_for(served):
             simulated.remove(H2)
             sl("host", "remove", H2, check=False)
 
-
-def test_delete_leaves_nothing_in_libvirt():
-    sl("delete-cluster", NAME, timeout=900)
-    conn = libvirtd.connect()
-    try:
-        assert [d.name() for d in conn.listAllDomains() if d.name().startswith(f"{NAME}-")] == []
-        assert network.net_name(NAME) not in [n.name() for n in conn.listAllNetworks()]
-    finally:
-        conn.close()
