@@ -11,6 +11,17 @@ def e2e_session():
         yield fd
 
 
+@pytest.fixture
+def alone(e2e_session):
+    """The test runs with no other e2e session beside it: it waits until the other stream's session is
+    over (tests/e2e/lock.py). For a test that stops libvirtd, and for one that load breaks (Chromium
+    driving JupyterLab failed twice with the other stream's VMs busy beside it); each runs last in its
+    stream, to wait the least."""
+    with lock.alone(e2e_session, timeout=3600) as waited:
+        print(f"waited {waited:.0f} s for the other e2e sessions to end")
+        yield
+
+
 @pytest.fixture(scope="module")
 def served(lab_home):
     """`slurmlab serve` on the module's own lab home (its `lab_home` fixture)."""

@@ -40,7 +40,6 @@ import pytest
 from lab.host import libvirtd
 from lab.osutil import live_processes
 from lab.providers import network
-from tests.e2e import lock
 from tests.e2e.homes import close_home
 from tests.e2e.labcli import REPO, Cluster, sl
 from tests.e2e.labcli import keep as _keep
@@ -250,31 +249,6 @@ def test_users_add_and_remove_on_the_running_cluster():
     assert on("login", hub).strip() == "0"
     # the hub read the list at each login and was never restarted: nobody's session dropped
     assert on("login", "systemctl show -p MainPID --value jupyterhub").strip() == hub_pid != "0"
-
-
-def test_a_student_in_jupyterlab_in_a_browser(tmp_path):
-    """Issue 31, in headless Chromium through `slurmlab open`: a wrong password is refused; user01 logs in
-    with the shared password, the spawn form's request is user01's job in squeue, JupyterLab opens, a
-    cell writes to user01's home and runs `srun hostname` inside the job; stopping the server ends the
-    job; logging out ends the session. The screenshot is kept (docs/img/jupyterlab.png is one)."""
-    from tests.e2e.hub import student_session
-
-    password = json.loads(sl("users", "show", NAME, "--output", "json").stdout)["Password"]
-    try:
-        seen = student_session(NAME, password, on, REPO / "artifacts", tmp_path / "chromium")
-    except BaseException:  # a notebook's job left running would hold a compute node from every later test
-        on("login", "sudo scancel -u user01 || true")
-        raise
-    _keep("jupyterhub-session.json", subprocess.CompletedProcess([], 0, json.dumps(seen, indent=1), ""))
-    assert "/hub/login" in seen["refused_at"]
-    assert seen["partitions"][0] == "dev" and "gpu" in seen["partitions"]
-    job, job_name, state, where = seen["job"]
-    assert job_name == "spawner-jupyterhub" and state == "RUNNING" and where.startswith(f"{NAME}-compute-"), seen
-    # the cell ran on the job's node, its srun inside the job, its file in user01's shared home
-    assert seen["output"] == f"srun: {where}" and seen["home_file"] == where, seen
-    assert job_state(job, 120)[0] in ("CANCELLED", "COMPLETED")  # stopping the server ended the job
-    assert not on("login", "squeue -h -u user01 -o %i").split()
-    assert "/hub/login" in seen["logged_out_at"]
 
 
 def test_jupyterhub_down_is_shown_on_the_login_node_and_clears_and_starts_under_load():
@@ -748,44 +722,69 @@ def _move_to_a_new_group(node: str) -> None:
     assert groups["compute"] == (2, 2) and groups["spare"] == (1, 1), groups
 
 
-def test_libvirt_down_shows_stale_state_and_the_engine_resumes_by_itself(e2e_session):
+def test_a_student_in_jupyterlab_in_a_browser(tmp_path, alone):
+    """Issue 31, in headless Chromium through `slurmlab open`: a wrong password is refused; user01 logs in
+    with the shared password, the spawn form's request is user01's job in squeue, JupyterLab opens, a
+    cell writes to user01's home and runs `srun hostname` inside the job; stopping the server ends the
+    job; logging out ends the session. The screenshot is kept (docs/img/jupyterlab.png is one). Chromium
+    and JupyterLab on two cores shared with the other stream's VMs missed their waits twice: the test runs
+    alone, at the end of its stream."""
+    from tests.e2e.hub import student_session
+
+    password = json.loads(sl("users", "show", NAME, "--output", "json").stdout)["Password"]
+    try:
+        seen = student_session(NAME, password, on, REPO / "artifacts", tmp_path / "chromium")
+    except BaseException:  # a notebook's job left running would hold a compute node from every later test
+        on("login", "sudo scancel -u user01 || true")
+        raise
+    _keep("jupyterhub-session.json", subprocess.CompletedProcess([], 0, json.dumps(seen, indent=1), ""))
+    assert "/hub/login" in seen["refused_at"]
+    assert seen["partitions"][0] == "dev" and "gpu" in seen["partitions"]
+    job, job_name, state, where = seen["job"]
+    assert job_name == "spawner-jupyterhub" and state == "RUNNING" and where.startswith(f"{NAME}-compute-"), seen
+    # the cell ran on the job's node, its srun inside the job, its file in user01's shared home
+    assert seen["output"] == f"srun: {where}" and seen["home_file"] == where, seen
+    assert job_state(job, 120)[0] in ("CANCELLED", "COMPLETED")  # stopping the server ended the job
+    assert not on("login", "squeue -h -u user01 -o %i").split()
+    assert "/hub/login" in seen["logged_out_at"]
+
+
+def test_libvirt_down_shows_stale_state_and_the_engine_resumes_by_itself(alone):
     """Issue 15: libvirtd stopped under the running cluster. describe-cluster says the state is
     stale (and why, and the fix), every Running node says it was not observed since then, one Error
     event, no traceback a second in engine.log. `slurmlab host up` starts libvirtd again (the VMs
     ran on) and the same engine carries on by itself. libvirtd is the machine's: the test waits until the
-    other stream's e2e session is over (tests/e2e/lock.py), and it runs last for that."""
-    with lock.alone(e2e_session, timeout=3600) as waited:
-        print(f"waited {waited:.0f} s for the other e2e sessions to end")
-        engine = _engine_pid()
-        pid = libvirtd.daemon_state("libvirtd").pid
-        assert pid, "libvirtd is not running"
-        tracebacks = _tracebacks_in_engine_log()
-        os.kill(pid, signal.SIGTERM)
-        try:
-            deadline = time.monotonic() + 120
-            while "Stale" not in describe()["Lab"]:
-                assert time.monotonic() < deadline, "describe-cluster never said that the state is stale"
-                time.sleep(3)
-            time.sleep(20)  # the engine keeps asking libvirt, with backoff
-            p = sl("describe-cluster", NAME)
-            _keep("libvirt-down-describe.txt", p)
-            assert "STALE" in p.stdout and "libvirt" in p.stdout and "slurmlab host up" in p.stdout, p.stdout
-            running = [n for n in nodes().values() if n["InstanceStatus"]["Status"] == "Running"]
-            assert running and all(n["InstanceStatus"]["Message"].startswith("stale: not observed since") for n in running)
-            ev = sl("list-cluster-events", NAME, "--last", "3")
-            _keep("libvirt-down-events.txt", ev)
-            assert sum("cannot observe the VMs" in line for line in ev.stdout.splitlines()) == 1, ev.stdout
-            assert _tracebacks_in_engine_log() == tracebacks
-        finally:
-            sl("host", "up", timeout=300)
+    other stream's e2e session is over (the `alone` fixture)."""
+    engine = _engine_pid()
+    pid = libvirtd.daemon_state("libvirtd").pid
+    assert pid, "libvirtd is not running"
+    tracebacks = _tracebacks_in_engine_log()
+    os.kill(pid, signal.SIGTERM)
+    try:
         deadline = time.monotonic() + 120
-        while "Stale" in describe()["Lab"]:
-            assert time.monotonic() < deadline, "the engine did not resume observing after `slurmlab host up`"
+        while "Stale" not in describe()["Lab"]:
+            assert time.monotonic() < deadline, "describe-cluster never said that the state is stale"
             time.sleep(3)
-        assert _engine_pid() == engine  # no restart needed
-        assert "observed again" in sl("list-cluster-events", NAME, "--last", "3").stdout
-        assert all(n["InstanceStatus"]["Status"] == "Running" for n in nodes().values())
-        assert sorted(on("login", "srun -p dev -N2 hostname").split()) == [f"{NAME}-compute-1", f"{NAME}-compute-2"]
+        time.sleep(20)  # the engine keeps asking libvirt, with backoff
+        p = sl("describe-cluster", NAME)
+        _keep("libvirt-down-describe.txt", p)
+        assert "STALE" in p.stdout and "libvirt" in p.stdout and "slurmlab host up" in p.stdout, p.stdout
+        running = [n for n in nodes().values() if n["InstanceStatus"]["Status"] == "Running"]
+        assert running and all(n["InstanceStatus"]["Message"].startswith("stale: not observed since") for n in running)
+        ev = sl("list-cluster-events", NAME, "--last", "3")
+        _keep("libvirt-down-events.txt", ev)
+        assert sum("cannot observe the VMs" in line for line in ev.stdout.splitlines()) == 1, ev.stdout
+        assert _tracebacks_in_engine_log() == tracebacks
+    finally:
+        sl("host", "up", timeout=300)
+    deadline = time.monotonic() + 120
+    while "Stale" in describe()["Lab"]:
+        assert time.monotonic() < deadline, "the engine did not resume observing after `slurmlab host up`"
+        time.sleep(3)
+    assert _engine_pid() == engine  # no restart needed
+    assert "observed again" in sl("list-cluster-events", NAME, "--last", "3").stdout
+    assert all(n["InstanceStatus"]["Status"] == "Running" for n in nodes().values())
+    assert sorted(on("login", "srun -p dev -N2 hostname").split()) == [f"{NAME}-compute-1", f"{NAME}-compute-2"]
 
 
 def test_delete_leaves_nothing_in_libvirt():
