@@ -21,12 +21,15 @@ import time
 from pathlib import Path
 
 
-def _pump(name: str, proc: subprocess.Popen, lock: threading.Lock) -> None:
+def _pump(name: str, proc: subprocess.Popen, lock: threading.Lock, ended: dict[str, float]) -> None:
+    """Copy the stream's lines, prefixed; note when it ended (its own end, not when main() waits for it)."""
     assert proc.stdout is not None
     for line in proc.stdout:
         with lock:
             sys.stdout.write(f"[{name}] {line}")
             sys.stdout.flush()
+    proc.wait()
+    ended[name] = time.monotonic()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,20 +47,21 @@ def main(argv: list[str] | None = None) -> int:
         streams.append((name, shlex.split(rest)))
     args.junit_dir.mkdir(parents=True, exist_ok=True)
     lock = threading.Lock()
+    ended: dict[str, float] = {}
     running = []
     for name, pargs in streams:
         cmd = [args.pytest, *pargs, f"--junitxml={args.junit_dir / f'junit-{name}.xml'}"]
         print(f"streams: [{name}] {shlex.join(cmd)}", flush=True)
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 text=True, bufsize=1)
-        pump = threading.Thread(target=_pump, args=(name, proc, lock), daemon=True)
+        pump = threading.Thread(target=_pump, args=(name, proc, lock, ended), daemon=True)
         pump.start()
         running.append((name, proc, pump, time.monotonic()))
     rc = 0
     for name, proc, pump, t0 in running:
         code = proc.wait()
         pump.join()
-        seconds = time.monotonic() - t0
+        seconds = ended.get(name, time.monotonic()) - t0
         print(f"streams: [{name}] exited {code} after {seconds:.0f} s", flush=True)
         if args.phases:
             with args.phases.open("a") as f:
