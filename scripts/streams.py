@@ -59,9 +59,9 @@ def main(argv: list[str] | None = None) -> int:
         running.append((name, proc, pump, time.monotonic()))
     rc = 0
     for name, proc, pump, t0 in running:
-        code = proc.wait()
-        pump.join()
-        seconds = ended.get(name, time.monotonic()) - t0
+        pump.join()  # it waited for the stream's process and noted its end
+        code = proc.returncode
+        seconds = ended[name] - t0
         print(f"streams: [{name}] exited {code} after {seconds:.0f} s", flush=True)
         if args.phases:
             with args.phases.open("a") as f:

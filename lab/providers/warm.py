@@ -67,7 +67,7 @@ class WarmStart:
             return None, "its state disk holds the cluster's state (a role template's memory expects its own)"
         driver = kvm.detect().driver
         shape = shape_of(machine)
-        # a failed build's reason, or a template held back (tests/e2e: the equivalence test) wins
+        # a failed build's reason (or a template held back by hand: a .failed file beside it) wins
         if (why := roletemplates.failure(box, shape, driver, machine.node_type)) is not None:
             return None, f"its role template is not used: {why[:200]} (slurmlab box templates --rebuild)"
         t = roletemplates.find(box, shape, driver, machine.node_type)

@@ -1,7 +1,8 @@
 """`make test` runs the e2e modules in two pytest processes at once (scripts/streams.py): their clusters,
 lab homes and engines are their own, but libvirtd is the machine's. Every e2e session holds a shared lock
-on LOCK_FILE while it runs; a test that stops libvirtd takes the lock exclusively, which waits until no
-other session runs (in CI: until the other stream is over)."""
+on LOCK_FILE while it runs; a test that must run alone (it stops libvirtd, or load breaks it: the `alone`
+fixture in tests/e2e/conftest.py) takes the lock exclusively, which waits until no other session runs (in
+CI: until the other stream is over)."""
 
 from __future__ import annotations
 
