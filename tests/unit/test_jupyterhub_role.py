@@ -183,6 +183,8 @@ def test_the_proxy_is_a_service_the_hub_requires_and_does_not_start(rendered_in,
                  "EnvironmentFile=/var/lib/jupyterhub/proxy.env", "RestartSec=5"):
         assert line in dropin.splitlines(), (line, dropin)
     assert "EnvironmentFile=/var/lib/jupyterhub/proxy.env" in unit.splitlines()
+    for text in (unit, dropin):  # both ahead of a student's busy shell on the login node's vCPU
+        assert {"CPUWeight=1000", "Nice=-5"} <= set(text.splitlines()), text
 
 
 FAKES = {

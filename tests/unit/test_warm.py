@@ -380,3 +380,21 @@ def test_which_nodes_are_forked_from_role_templates(monkeypatch, tmp_path):
     t, why = w.role_template("demo", cmp, "b")
     assert t is None and "held back" in why
     assert w.role_template("demo", MachineSpec("x", "g", 1, 768, "52:54:00:00:00:13", "10.213.7.13"), "b")[0] is None
+
+
+def test_the_ssh_wait_gives_each_try_longer_and_sees_a_slow_sshd_answer():
+    """Issue 43's CI: a live fork's sshd took more than 15 s for one login on a starved host; probes that
+    always gave up at 15 s never saw it answer, and the fork was thrown away and booted cold."""
+    from lab.providers.warm import answers_within
+
+    tries = []
+
+    def slow_sshd(cluster, address, *, connect_timeout, timeout):
+        tries.append((connect_timeout, timeout))
+        return timeout >= 45  # one login takes 40 s
+
+    assert answers_within("c", "10.0.0.2", 300, probe=slow_sshd, pause_s=0)
+    assert tries == [(3, 15), (6, 30), (9, 45)]
+    tries.clear()
+    assert not answers_within("c", "10.0.0.2", 0.05, probe=lambda *a, **k: tries.append(k) or False, pause_s=0.01)
+    assert tries and max(k["timeout"] for k in tries) <= 90 and max(k["connect_timeout"] for k in tries) <= 30
