@@ -57,6 +57,8 @@ def summary(data: bytes, guests: dict[int, str]) -> dict:
     total = 0.0
     for pid, _ppid, comm, cpu, elapsed in records(data):
         total += cpu
+        if pid in guests:  # the record names the thread that ended last ("worker", "CPU 0/TCG")
+            comm = "qemu-system-x86"
         key = comm if elapsed >= SHORT_S else f"{comm} (short)"
         by_command[key] += cpu
         count[key] += 1

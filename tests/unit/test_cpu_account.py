@@ -29,13 +29,14 @@ def record(pid: int, comm: str, cpu_s: float, elapsed_s: float, version: int = 3
 
 def test_records_sum_per_command_short_lived_apart_and_qemu_per_cluster():
     data = (record(10, "qemu-system-x86", 900, 1200) + record(11, "qemu-system-x86", 300, 600)
-            + record(12, "qemu-system-x86", 50, 400) + record(20, "ssh", 0.5, 2) + record(21, "ssh", 0.25, 1)
+            + record(12, "worker", 50, 400) + record(20, "ssh", 0.5, 2) + record(21, "ssh", 0.25, 1)
             + record(30, "ansible-playboo", 80, 90) + record(40, "python", 0.5, 1, version=2))
     s = ca.summary(data, {10: "patch-controller-1", 11: "patch-compute-12", 12: "slurmlab-role-template"})
     assert s["cpu_s"] == 1330.8  # the version-2 record is not read
     cmds = {c["command"]: (c["cpu_s"], c["processes"]) for c in s["commands"]}
     assert cmds == {"qemu-system-x86": (1250.0, 3), "ssh (short)": (0.8, 2), "ansible-playboo": (80.0, 1)}
     assert s["commands"][0]["command"] == "qemu-system-x86"  # the most first
+    # a qemu whose last thread was "worker" is known by its pid
     assert s["qemu_by_cluster"] == {"patch": 1200.0, "slurmlab-role-template": 50.0}
 
 
