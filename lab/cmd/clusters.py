@@ -1,15 +1,14 @@
 """The cluster commands (HyperPod's operations by name): create, describe, list, delete, the batch
-node operations, ssh, and `up`."""
+node operations, and `up` (`ssh` is with the other ways in: lab/cmd/forward.py)."""
 
 from __future__ import annotations
 
-import os
 from typing import Optional
 
 import typer
 
 from lab import exitcodes
-from lab.cmd.base import JupyterOpt, OutputOpt, Watcher, app, box_progress, node_named, print_accounts, print_cluster, store, with_accounts
+from lab.cmd.base import JupyterOpt, OutputOpt, Watcher, app, box_progress, print_accounts, print_cluster, store, with_accounts
 from lab.errors import LabError
 from lab.output import Output, Progress, err, out, print_json
 
@@ -354,18 +353,6 @@ def update_cluster_software(
         return
     out.print(f"software update {op} started (watch: slurmlab list-cluster-events {name}; "
               f"slurmlab describe-cluster {name})", markup=False, highlight=False)
-
-
-@app.command("ssh", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def ssh(ctx: typer.Context, name: str, node: str = typer.Argument(..., help="node name, or a group name for its first node")) -> None:
-    """Open a shell on a node (or run the command given after --), with the cluster's own key."""
-    from lab.providers.reach import cluster_ssh_exe
-    from lab.workspace import ClusterDir
-
-    match = node_named(store(), name, node)
-    cmd = [cluster_ssh_exe(name), "-i", str(ClusterDir(name).ssh_key), "-o", "StrictHostKeyChecking=no",
-           "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", f"vagrant@{match.address}", *ctx.args]
-    os.execv(cmd[0], cmd)
 
 
 @app.command()

@@ -1,5 +1,6 @@
-"""`slurmlab forward NAME NODE PORT`: a loopback port of this machine to a port of a node, until Ctrl-C;
-`slurmlab open NAME`: the same to the cluster's JupyterHub (Lab.Jupyter).
+"""The ways in to a node. `slurmlab ssh NAME NODE [-- COMMAND]`: a shell, or a command over a connection
+kept for a minute (lab/providers/kept.py). `slurmlab forward NAME NODE PORT`: a loopback port of this
+machine to a port of a node, until Ctrl-C; `slurmlab open NAME`: the same to the cluster's JupyterHub.
 
 As `kubectl port-forward` does: the cluster's network stays where it is (the lab's namespace, or a
 remote host); this machine gets 127.0.0.1:LOCAL, and every connection to it is made to the node from
@@ -9,14 +10,32 @@ cluster with sagemaker-observability is `slurmlab forward NAME controller 9090`.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
 import typer
 
-from lab.cmd.base import OutputOpt, app, store, vm_node
+from lab.cmd.base import OutputOpt, app, node_named, store, vm_node
 from lab.errors import LabError
 from lab.output import Output, out, print_json
+
+
+@app.command("ssh", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def ssh(ctx: typer.Context, name: str, node: str = typer.Argument(..., help="node name, or a group name for its first node")) -> None:
+    """Open a shell on a node (or run the command given after --, over a connection kept for a minute),
+    with the cluster's own key."""
+    from lab.providers import kept
+    from lab.providers.reach import cluster_ssh_exe
+    from lab.workspace import ClusterDir
+
+    match = node_named(store(), name, node)
+    if ctx.args and not ctx.args[0].startswith("-"):  # a command (not ssh's own options): kept connection
+        cmd = kept.command(name, match.address, ctx.args)
+        os.execv(cmd[0], cmd)
+    cmd = [cluster_ssh_exe(name), "-i", str(ClusterDir(name).ssh_key), "-o", "StrictHostKeyChecking=no",
+           "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", f"vagrant@{match.address}", *ctx.args]
+    os.execv(cmd[0], cmd)
 
 
 @app.command("forward")

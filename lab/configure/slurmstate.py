@@ -2,8 +2,8 @@
 lab's namespace (lab/engine/recovery.py decides; this only asks and acts).
 
 - `read`: one `sinfo` on the controller (every compute node: name, state with Slurm's suffixes,
-  reason). The ssh connection is kept open between polls (ControlMaster, ControlPersist): a new
-  handshake costs an emulated controller ~2.5 s of CPU, a poll over the open connection ~0.5 s.
+  reason). The ssh connection is kept open between polls (lab/providers/kept.py): a new handshake
+  costs an emulated controller ~2.5 s of CPU, a poll over the open connection ~0.5 s.
 - `restart_slurmd`: the cheap repair, on the node itself.
 - `take_down`: before the lab reboots or replaces a node Slurm knows, `scontrol update state=down`
   with a `slurmlab:` reason, so its jobs end at once (NODE_FAIL; a batch job is requeued) instead of
@@ -17,12 +17,11 @@ from __future__ import annotations
 import shlex
 import subprocess
 import time
-from pathlib import Path
 
-from lab import paths
 from lab.configure.inventory import ClusterContext
 from lab.configure.sinfo import SlurmNode, parse_sinfo
-from lab.providers.reach import cluster_ssh_exe, ssh_command
+from lab.providers import kept
+from lab.providers.reach import ssh_command
 
 SINFO = "sinfo --all --noheader --Node --format='%N|%T|%E'"
 READ_TIMEOUT_S = 60
@@ -37,38 +36,13 @@ def controller(ctx: ClusterContext):
     return next((n for n in ctx.nodes if types.get(n.grp) == "Controller"), None)
 
 
-def _control_folder(cluster: str) -> Path:
-    """Where the kept connections to the cluster's nodes live: one folder per lab home and way in (ssh,
-    ssh-slurmlab-h2, ssh-via-far: per host), as two clusters on two hosts may have the same addresses and
-    %C (a hash of address, port and user) would be the same. Short, under /tmp: a socket's path has 108
-    bytes, and ssh adds 17 to %C's 40 while it sets the master up (a pytest home's ssh/ssh/%C did not fit)."""
-    import hashlib
-    import os
-
-    tag = hashlib.sha256(f"{paths.home()}|{Path(cluster_ssh_exe(cluster)).name}".encode()).hexdigest()[:10]
-    folder = Path("/tmp") / f"slurmlab-cm-{os.getuid()}-{tag}"
-    folder.mkdir(mode=0o700, exist_ok=True)
-    st = folder.stat()
-    if st.st_uid != os.getuid() or st.st_mode & 0o077:  # not ours alone: never share masters through it
-        raise PermissionError(f"{folder} is not a 0700 folder of this user; remove it")
-    return folder
-
-
 def _shared_connection(cluster: str) -> list[str]:
-    folder = _control_folder(cluster)
-    # ServerAlive: a master whose VM went away (replaced, or restored from a checkpoint: the TCP
-    # connection is dead, nothing says so) ends within ~15 s instead of hanging every later poll
-    return ["-o", "ControlMaster=auto", "-o", f"ControlPath={folder}/%C", "-o", "ControlPersist=120",
-            "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"]
+    return kept.options(cluster)
 
 
 def _drop_master(ctx: ClusterContext, address: str) -> None:
     """End the kept connection to `address` (a poll over it hung): the next poll makes a new one."""
-    try:
-        subprocess.run([*ssh_command(ctx.name, address, *_shared_connection(ctx.name), "-O", "exit")], stdin=subprocess.DEVNULL,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=20)
-    except (subprocess.TimeoutExpired, OSError):
-        pass
+    kept.drop(ctx.name, address)
 
 
 def run_on(ctx: ClusterContext, address: str, command: str, timeout: float, shared: bool = False):

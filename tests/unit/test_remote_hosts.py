@@ -282,12 +282,13 @@ def test_kept_connections_to_nodes_fit_a_socket_path_and_are_apart_per_host(tmp_
     """A long lab home (pytest's) and a remote's wrapper name: the master's socket path, with the 17 bytes ssh
     adds while setting it up, fits in 108; clusters on two hosts never share a folder."""
     from lab.configure import slurmstate
+    from lab.providers import kept
 
     home = tmp_path / ("h" * 60) / "slurmlab-home0"
     monkeypatch.setenv("SLURMLAB_HOME", str(home))
     ways = {"far": str(home / "bin" / "ssh-via-a-remote-host-name"), "class": str(home / "bin" / "ssh")}
-    monkeypatch.setattr(slurmstate, "cluster_ssh_exe", lambda cluster: ways[cluster])
-    far, local = slurmstate._control_folder("far"), slurmstate._control_folder("class")
+    monkeypatch.setattr(kept, "cluster_ssh_exe", lambda cluster: ways[cluster])
+    far, local = kept.control_folder("far"), kept.control_folder("class")
     assert far != local and far.parent == local.parent == Path("/tmp")
     assert len(f"{far}/{'c' * 40}.{'r' * 16}") < 108
     assert oct(far.stat().st_mode & 0o777) == "0o700"
