@@ -49,7 +49,7 @@ STREAM_REST  = tests/unit tests/api tests/e2e/test_updates.py tests/e2e/test_hyp
 
 test: BOX_FOR = --for examples/workshop.yaml  # the e2e clusters' shapes: their templates before the tests
 test: box lint    ## every test: lint + unit + real VMs
-	mkdir -p artifacts
+	mkdir -p artifacts && rm -f artifacts/test-vm-cpu.jsonl
 	$(PYTHON) scripts/streams.py $(PYTEST) --junit-dir artifacts $(if $(CI_PHASES),--phases $(CI_PHASES)) \
 	  class="-v --durations=20 -p no:cacheprovider $(STREAM_CLASS)" \
 	  rest="-v --durations=20 -p no:cacheprovider $(STREAM_REST)"

@@ -68,6 +68,20 @@ def read_phases(path: Path | None) -> dict[str, float]:
     return out
 
 
+def read_vm_cpu(path: Path | None) -> dict[str, dict[str, float]]:
+    """{test: {cluster: CPU seconds of its VMs during the test}} from tests/e2e/vmcpu.py's lines."""
+    out: dict[str, dict[str, float]] = {}
+    if path is None or not path.exists():
+        return out
+    for line in path.read_text().splitlines():
+        try:
+            d = json.loads(line)
+            out[d["test"]] = {str(k): float(v) for k, v in d["vm_cpu_s"].items()}
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue
+    return out
+
+
 def render(res: dict) -> str:
     lines = ["ci: time per phase: " + ", ".join(f"{k} {v:.0f} s" for k, v in res["phases"].items())
              + (f" (total {res['total_s']:.0f} s)" if "total_s" in res else "")]
@@ -76,6 +90,12 @@ def render(res: dict) -> str:
     slow = sorted(res["tests"].items(), key=lambda kv: -kv[1])[:SLOWEST]
     lines.append(f"ci: the {len(slow)} slowest tests:")
     lines += [f"ci: {s:8.1f} s  {t}" for t, s in slow]
+    if res.get("vm_cpu"):  # each cluster's VMs during the test: the test's own, and the other stream's
+        costly = sorted(res["vm_cpu"].items(), key=lambda kv: -max(kv[1].values(), default=0))[:SLOWEST]
+        lines.append(f"ci: the {len(costly)} tests whose clusters' VMs used the most CPU (artifacts/test-vm-cpu.jsonl):")
+        lines += [f"ci: {max(per.values(), default=0):8.1f} s  {t}  ("
+                  + ", ".join(f"{c} {v:.0f} s" for c, v in sorted(per.items(), key=lambda kv: -kv[1])[:3]) + ")"
+                  for t, per in costly]
     return "\n".join(lines)
 
 
@@ -85,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--phases", type=Path, help="lines 'NAME SECONDS' noted before pytest (make test)")
     ap.add_argument("--total-s", type=float)
     ap.add_argument("--json", type=Path, help="also write the figures here")
+    ap.add_argument("--vm-cpu", type=Path, help="tests/e2e/vmcpu.py's lines: the CPU of the VMs during each test")
     args = ap.parse_args(argv)
     tests: dict[str, float] = {}
     for junit in args.junit:
@@ -93,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         tests.update(test_times(junit))
     res = summary(tests, read_phases(args.phases), args.total_s)
+    vm = read_vm_cpu(args.vm_cpu)
+    if vm:
+        res["vm_cpu"] = vm
     print(render(res))
     if args.json:
         args.json.write_text(json.dumps(res, indent=1) + "\n")

@@ -1,6 +1,6 @@
 import pytest
 
-from tests.e2e import lock
+from tests.e2e import lock, vmcpu
 from tests.e2e.labcli import Served
 
 
@@ -9,6 +9,21 @@ def e2e_session():
     """This session's share of libvirtd (tests/e2e/lock.py): the fd that a test stopping it makes exclusive."""
     with lock.shared() as fd:
         yield fd
+
+
+@pytest.fixture(autouse=True)
+def vm_cpu(request):
+    """What the test's VMs cost (tests/e2e/vmcpu.py): a line of artifacts/test-vm-cpu.jsonl."""
+    try:
+        watch = vmcpu.Watch(request.node.nodeid)
+    except Exception:  # noqa: BLE001 - a measurement never fails a test
+        watch = None
+    yield
+    try:
+        if watch:
+            watch.done()
+    except Exception:  # noqa: BLE001
+        pass
 
 
 @pytest.fixture

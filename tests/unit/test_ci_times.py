@@ -58,3 +58,18 @@ def test_at_most_fifteen_slowest():
     res = ci_times.summary({f"tests/unit/t.py::t{i}": float(i) for i in range(40)}, {}, None)
     out = ci_times.render(res).splitlines()
     assert len(out) == 2 + 15 and out[2].endswith("t39")
+
+
+def test_the_tests_whose_clusters_used_the_most_cpu(tmp_path, capsys):
+    (tmp_path / "junit.xml").write_text(JUNIT)
+    lines = [{"test": "tests/e2e/test_cluster.py::test_inservice", "seconds": 170, "vm_cpu_s": {"class": 40.0, "patch": 90.0}},
+             {"test": "tests/e2e/test_cluster.py::test_rolling_update", "seconds": 347, "vm_cpu_s": {"class": 120.0}},
+             {"test": "tests/e2e/test_cluster.py::test_idle", "seconds": 3, "vm_cpu_s": {}}]
+    (tmp_path / "vm.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines) + "not json\n")
+    assert ci_times.main([str(tmp_path / "junit.xml"), "--vm-cpu", str(tmp_path / "vm.jsonl"),
+                          "--json", str(tmp_path / "t.json")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    at = next(i for i, line in enumerate(out) if "clusters' VMs used the most CPU" in line)
+    assert out[at + 1].endswith("test_rolling_update  (class 120 s)") and "120.0 s" in out[at + 1]
+    assert out[at + 2].endswith("test_inservice  (patch 90 s, class 40 s)")
+    assert json.loads((tmp_path / "t.json").read_text())["vm_cpu"]["tests/e2e/test_cluster.py::test_idle"] == {}
