@@ -426,6 +426,7 @@ def test_a_stopped_slurmd_and_an_action_reboot_at_once_and_a_drain_by_hand_left_
     finally:  # whatever failed above, the next test gets its nodes back: slurmd running, the user's drain gone
         if on(stopped, "systemctl is-active slurmd || true").strip() != "active":
             on(stopped, "sudo systemctl start slurmd")
+        while_drained = _event_ids()  # what the lab said while the drain was the user's
         on("controller", f"sudo scontrol update nodename={drained} state=resume")
     _until_idle(drained, 120)
     _wait(lambda: not nodes()[stopped]["InstanceStatus"].get("Message"), 120, "the mark to go")
@@ -435,7 +436,10 @@ def test_a_stopped_slurmd_and_an_action_reboot_at_once_and_a_drain_by_hand_left_
     assert any(e.startswith(stopped) and "restarting slurmd" in e for e in events), events
     assert any(e.startswith(f"{stopped}: usable in Slurm again") for e in events), events
     assert any(e.startswith(f"{rebooted}: Slurm reason 'Action:Reboot'") for e in events), events
-    assert not [e for e in events if e.startswith(drained)], events  # no mark, no recovery of the drained node
+    # no mark, no recovery of the drained node while drained (after the resume it is an ordinary node again:
+    # under load its slurmd may answer a ping late after the rejoin's reconfigure, and the lab may mark that)
+    drained_events = [e["Description"] for e in _events_since(mark) if e["EventId"] in while_drained]
+    assert not [e for e in drained_events if e.startswith(drained)], drained_events
     assert on(stopped, "systemctl is-active slurmd").strip() == "active"
     assert shown < 45, f"the lab showed the Slurm state {shown:.0f} s after Slurm (poll every 15 s)"
     hosts = sorted(on("login", "timeout 300 srun -p dev -N2 hostname").split())
