@@ -3,8 +3,9 @@ class cluster's (`make test` runs tests/e2e/test_cluster.py in a pytest process 
 
 examples/workshop.yaml without its GPU group makes two clusters at once: `patch` (two compute nodes),
 forked from role templates as CI's clusters are, and `twin` (one node per role) with `Lab.RoleTemplates:
-false`, fully configured. Node by node the two are the same apart from identity (issue 42); the twin
-goes. On `patch`: a checkpoint, the cluster broken and restored (issue 14); a rolling update of the
+false`, fully configured, unless an earlier run kept the twin's fingerprints for the same box and the
+same configuration files (tests/e2e/fullconfig.py). Node by node the two are the same apart from identity
+(issue 42); the twin goes. On `patch`: a checkpoint, the cluster broken and restored (issue 14); a rolling update of the
 controller while a job runs (issue 12); auto-patch of the compute nodes around a job (issue 32); then a
 second cluster placed on a second, remote host because this one has no room (issues 16 and 29).
 """
@@ -64,33 +65,58 @@ def lab_home(tmp_path_factory):
     close_home(home, old, NAME, "engine-updates.log")
 
 
+def _full_configuration_key() -> str:
+    from lab import box
+    from lab.providers.templates import box_image
+    from tests.e2e import fullconfig
+
+    return fullconfig.key(box_image(box.DEFAULT_BOX))
+
+
+KEPT: dict[str, str] = {}  # {role: the twin's fingerprint} of an earlier run with the same key (tests/e2e/fullconfig.py)
+
+
 def test_the_cluster_from_role_templates_and_its_twin_fully_configured_come_up():
     """Both clusters are made at once from examples/workshop.yaml without its GPU group: `patch` (two
     compute nodes) forked from role templates, as CI's clusters are, and `twin` (one node per role) with
-    `Lab.RoleTemplates: false`, each node forked from the plain template and fully configured."""
-    sl("create-cluster", "--spec", str(_spec(TWIN, compute=1, RoleTemplates=False)))
+    `Lab.RoleTemplates: false`, each node forked from the plain template and fully configured. The twin
+    is made only when no earlier run kept its fingerprints for the same box and configuration files
+    (tests/e2e/fullconfig.py)."""
+    from tests.e2e import fullconfig
+
+    KEPT.update(fullconfig.load(_full_configuration_key()) or {})
+    if not KEPT:
+        sl("create-cluster", "--spec", str(_spec(TWIN, compute=1, RoleTemplates=False)))
     sl("create-cluster", "--spec", str(_spec(NAME, compute=2)), "--wait", "--wait-for", "FullSize", "--timeout", "1500")
-    sl("describe-cluster", TWIN, "--wait-for", "FullSize", "--timeout", "1500")
     up = [e for e in events_of(NAME) if ": VM up" in e]
     assert len(up) == 4 and all("forked from role template" in e for e in up), up
-    up = [e for e in events_of(TWIN) if ": VM up" in e]
-    assert len(up) == 3 and all("forked from template" in e for e in up), up
+    if not KEPT:
+        sl("describe-cluster", TWIN, "--wait-for", "FullSize", "--timeout", "1500")
+        up = [e for e in events_of(TWIN) if ": VM up" in e]
+        assert len(up) == 3 and all("forked from template" in e for e in up), up
 
 
 def test_a_fork_of_a_role_template_is_the_node_a_full_configuration_makes():
     """Issue 42: node by node, role by role, the fork of a role template (`patch`) and the fully configured
-    node (`twin`) are the same (packages, enabled and active units, accounts, configuration files, owners
-    and modes) apart from identity (tests/e2e/equivalence.py names each identity file and why)."""
+    node (`twin`, or its fingerprints kept by an earlier run of the same inputs) are the same (packages,
+    enabled and active units, accounts, configuration files, owners and modes) apart from identity
+    (tests/e2e/equivalence.py names each identity file and why)."""
+    from tests.e2e import fullconfig
     from tests.e2e.equivalence import FINGERPRINT, differences
 
+    made = {}
     try:
         for role in ("controller", "login", "compute"):
             a = sl("ssh", NAME, f"{NAME}-{role}-1", "--", FINGERPRINT, timeout=300).stdout
-            b = sl("ssh", TWIN, f"{TWIN}-{role}-1", "--", FINGERPRINT, timeout=300).stdout
+            b = KEPT.get(role) or sl("ssh", TWIN, f"{TWIN}-{role}-1", "--", FINGERPRINT, timeout=300).stdout
+            made[role] = b
             diff = differences(a, NAME, b, TWIN)
             assert diff == {}, f"{role}: the role template's fork ({NAME}) and the full configuration ({TWIN}) differ: {diff}"
+        if not KEPT:  # every role the same: the twin's fingerprints serve the next run of the same inputs
+            fullconfig.save(_full_configuration_key(), made)
     finally:
-        sl("delete-cluster", TWIN, timeout=900)
+        if not KEPT:
+            sl("delete-cluster", TWIN, timeout=900)
 
 
 def test_checkpoint_then_break_the_cluster_and_restore_it():
