@@ -136,6 +136,8 @@ OTHERS = (
     Setting("SLURMLAB_PYTHON", "python3", "the interpreter scripts/host-setup.sh makes it with", reader="script"),
     Setting("SLURMLAB_CONSOLE_SHOT", None, "tests/api/test_console.py keeps its screenshot there",
             default_doc="not kept", reader="test"),
+    Setting("SLURMLAB_E2E_TWIN", None, "tests/e2e/fullconfig.py: `build` makes the fully configured twin even "
+            "when an earlier run kept its fingerprints for the same inputs", default_doc="kept ones used", reader="test"),
 )
 
 LAB = (HOME, CACHE, LIBVIRT_DIR, POOL_DIR, POOL, HOSTS_DIR, NETNS, HOST_MODE, DRIVER, CONTROLLER_NICE, DEBIAN_MIRROR,

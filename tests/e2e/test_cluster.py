@@ -10,7 +10,7 @@ there (shared /home), sacct shows the job; a GPU job sees CUDA_VISIBLE_DEVICES=0
 for more GPUs than a node has is refused; a job over its --mem ends OUT_OF_MEMORY. A second Ansible
 run changes nothing, `slurmlab verify` passes and then names the check that fails when a node's
 slurmd is stopped, a deep health check (StartClusterHealthCheck) finds that node and reboots it back
-into Slurm, a scale-out adds a third node (it then moves to a new group with MoveClusterNodes) and a
+into Slurm, a scale-out adds a third node and a
 scale-in removes it while the rest keep working, libvirtd stopped under the cluster is shown and
 survived, and delete leaves nothing in libvirt. Issue 30: boto3's CreateClusterExtension puts
 sagemaker-observability on the running cluster: Active, a student's job in the Slurm metrics, node metrics
@@ -392,22 +392,21 @@ def _until_idle(node: str, timeout: float = 900) -> None:
     _wait(lambda: on("login", f"sinfo -h -N -n {node} -o %T").strip() == "idle", timeout, f"{node} idle in Slurm")
 
 
-def test_a_stopped_slurmd_and_an_action_reboot_at_once_and_a_drain_by_hand_left_alone():
-    """Issue 26, on three nodes at once (one test: the engine repairs several nodes in the same passes).
-    compute-1's slurmd stopped: Slurm calls it not responding (idle*, then down* after SlurmdTimeout 60 s);
-    within one poll the lab shows it (the node's message names the Slurm state, its group Degraded, one
-    event), restarts slurmd (NodeRecovery Automatic, the ladder's first step), and the node is usable
-    again. compute-2 failed with `scontrol update state=fail reason="Action:Reboot"` (HyperPod's documented
-    way): its VM reboots (the same instance id) and it rejoins. gpu-1 drained by hand at the same time for
-    another reason: the user's business, left drained and untouched."""
-    stopped, rebooted, drained = f"{NAME}-compute-1", f"{NAME}-compute-2", f"{NAME}-gpu-1"
+def test_a_stopped_slurmd_repaired_and_a_drain_by_hand_left_alone():
+    """Issue 26, on two nodes at once. compute-1's slurmd stopped: Slurm calls it not responding (idle*,
+    then down* after SlurmdTimeout 60 s); within one poll the lab shows it (the node's message names the
+    Slurm state, its group Degraded, one event), restarts slurmd (NodeRecovery Automatic, the ladder's first
+    step), and the node is usable again. gpu-1 drained by hand at the same time for another reason: the
+    user's business, left drained and untouched. (`Action:Reboot` as a Slurm reason: its mapping is the sim
+    engine's tests/unit/test_engine_recovery.py, a real reboot and rejoin the deep health check's above, a
+    Slurm reason read from the real cluster `Action:Replace`'s below.)"""
+    stopped, drained = f"{NAME}-compute-1", f"{NAME}-gpu-1"
     _until_idle(stopped)
     before = nodes()
     mark = _event_ids()
     on("controller", f"sudo scontrol update nodename={drained} state=drain reason='disk check by hand'")
     try:
         on(stopped, "sudo systemctl stop slurmd")
-        on("controller", f"sudo scontrol update nodename={rebooted} state=fail reason='Action:Reboot'")
         # NOT_RESPONDING (idle*) first, DOWN after SlurmdTimeout: the lab acts on either
         _wait(lambda: any(x in on("login", f"sinfo -h -N -n {stopped} -o %T") for x in ("*", "down")), 300,
               "Slurm to call the node not responding")
@@ -417,11 +416,8 @@ def test_a_stopped_slurmd_and_an_action_reboot_at_once_and_a_drain_by_hand_left_
         _wait(lambda: _marked_and_degraded(stopped), 60, "the lab to show the Slurm state and the group Degraded")
         shown = time.monotonic() - seen
         _until_idle(stopped, 300)
-        _wait(lambda: any(e["Description"] == f"{rebooted}: rebooted" for e in _events_since(mark)), 900, "the reboot")
-        _until_idle(rebooted)
         after = nodes()
-        assert {n: after[n]["InstanceId"] for n in (stopped, rebooted, drained)} == {
-            n: before[n]["InstanceId"] for n in (stopped, rebooted, drained)}
+        assert {n: after[n]["InstanceId"] for n in (stopped, drained)} == {n: before[n]["InstanceId"] for n in (stopped, drained)}
         assert on("login", f"sinfo -h -N -n {drained} -o '%T|%E'").strip() == "drained|disk check by hand"
     finally:  # whatever failed above, the next test gets its nodes back: slurmd running, the user's drain gone
         if on(stopped, "systemctl is-active slurmd || true").strip() != "active":
@@ -435,15 +431,14 @@ def test_a_stopped_slurmd_and_an_action_reboot_at_once_and_a_drain_by_hand_left_
     assert any(e.startswith(f"{stopped}: Slurm: ") and "NodeRecovery Automatic" in e for e in events), events
     assert any(e.startswith(stopped) and "restarting slurmd" in e for e in events), events
     assert any(e.startswith(f"{stopped}: usable in Slurm again") for e in events), events
-    assert any(e.startswith(f"{rebooted}: Slurm reason 'Action:Reboot'") for e in events), events
     # no mark, no recovery of the drained node while drained (after the resume it is an ordinary node again:
-    # under load its slurmd may answer a ping late after the rejoin's reconfigure, and the lab may mark that)
+    # under load its slurmd may answer a ping late after a reconfigure, and the lab may mark that)
     drained_events = [e["Description"] for e in _events_since(mark) if e["EventId"] in while_drained]
     assert not [e for e in drained_events if e.startswith(drained)], drained_events
     assert on(stopped, "systemctl is-active slurmd").strip() == "active"
     assert shown < 45, f"the lab showed the Slurm state {shown:.0f} s after Slurm (poll every 15 s)"
     hosts = sorted(on("login", "timeout 300 srun -p dev -N2 hostname").split())
-    assert hosts == sorted([stopped, rebooted]), hosts
+    assert hosts == sorted([stopped, f"{NAME}-compute-2"]), hosts
 
 
 def test_action_replace_under_an_auto_resume_step():
@@ -630,7 +625,10 @@ def _console_metrics_view(served, tmp_path) -> None:
 def test_scale_out_then_in():
     """BatchAddClusterNodes: a third compute node joins the running cluster, every node resolves its
     name, srun reaches it. BatchDeleteClusterNodes of that node: drained, out of slurm.conf, VM gone;
-    the cluster's network stays (vagrant-libvirt once took it down with the node) and jobs still run."""
+    the cluster's network stays (vagrant-libvirt once took it down with the node) and jobs still run.
+    (MoveClusterNodes ran here on real VMs until issue 43: a move is this test's leave and join of the
+    same VM; its bookkeeping, the same instance id and address, is tests/api/test_moves.py's on the sim
+    provider, a group's partitions in slurm.conf tests/unit/test_roles.py's.)"""
     new = f"{NAME}-compute-3"
     sl("capacity", "set", "ml.c5.large", "3")  # the test's capacity day had room for two
     assert new in sl("batch-add-cluster-nodes", NAME, "compute").stdout
@@ -653,7 +651,6 @@ def test_scale_out_then_in():
               f"node metrics of {new}")
         assert on(new, "systemctl is-active prometheus-node-exporter").strip() == "active"
 
-    _move_to_a_new_group(new)
     assert new in sl("batch-delete-cluster-nodes", NAME, new).stdout
     d = json.loads(sl("describe-cluster", NAME, "--wait-for", "FullSize", "--timeout", "600", "--output", "json").stdout)
     compute = next(g for g in d["InstanceGroups"] if g["InstanceGroupName"] == "compute")
@@ -689,41 +686,6 @@ def test_delete_cluster_extension_removes_every_part(served):
     for node in ("controller", "login", f"{NAME}-compute-1", f"{NAME}-compute-2", "gpu"):
         assert on(node, check).split() == ["0", "0"], node
     OBS.clear()
-
-
-def _move_to_a_new_group(node: str) -> None:
-    """Issue 12, MoveClusterNodes: a group `spare` (ml.c5.large, partition spare, no node) is added by
-    UpdateCluster; `node` moves there: same VM (InstanceId, address, boot), out of partition dev and
-    into spare, and no other node reboots."""
-    from lab.control import clusters
-    from lab.engine import daemon
-
-    st = daemon.store()
-    compute = next(g for g in st.cluster(NAME).spec["InstanceGroups"] if g["InstanceGroupName"] == "compute")
-    clusters.update(st, NAME, {"InstanceGroups": [{**compute, "InstanceGroupName": "spare", "InstanceCount": 0,
-                                                   "SlurmConfig": {"NodeType": "Compute", "PartitionNames": ["spare"]}}]})
-    daemon.ensure_running()
-    sl("describe-cluster", NAME, "--wait-for", "FullSize", "--timeout", "600")
-    before = nodes()[node]
-    boot_id = on(node, "cat /proc/sys/kernel/random/boot_id").strip()
-    # Slurm 24.11's `scontrol reconfigure` re-executes every slurmd (a new PID, jobs untouched): "no
-    # restart of other nodes" is their boot, unchanged
-    boots = {n: on(n, "cat /proc/sys/kernel/random/boot_id").strip() for n in (f"{NAME}-compute-1", f"{NAME}-compute-2")}
-    assert node in sl("move-cluster-nodes", NAME, "compute", "spare", node).stdout
-    deadline = time.monotonic() + 900
-    while time.monotonic() < deadline and not (nodes()[node]["InstanceGroupName"] == "spare" and
-                                               nodes()[node]["InstanceStatus"]["Status"] == "Running"):
-        time.sleep(5)
-    after = nodes()[node]
-    assert after["InstanceStatus"]["Status"] == "Running" and after["InstanceGroupName"] == "spare", after
-    assert (after["InstanceId"], after["PrivatePrimaryIp"]) == (before["InstanceId"], before["PrivatePrimaryIp"])
-    assert on(node, "cat /proc/sys/kernel/random/boot_id").strip() == boot_id  # the same VM, never rebooted
-    assert on("login", f"sinfo -h -N -n {node} -o %P").split() == ["spare"]
-    assert on("login", f"timeout 120 srun --immediate=60 -p spare -w {node} hostname").strip().split(".")[0] == node
-    for n, boot in boots.items():
-        assert on(n, "cat /proc/sys/kernel/random/boot_id").strip() == boot, f"{n} rebooted"
-    groups = {g["InstanceGroupName"]: (g["CurrentCount"], g["TargetCount"]) for g in describe()["InstanceGroups"]}
-    assert groups["compute"] == (2, 2) and groups["spare"] == (1, 1), groups
 
 
 def test_a_student_in_jupyterlab_in_a_browser(tmp_path, alone):

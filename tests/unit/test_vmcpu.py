@@ -37,6 +37,12 @@ def test_a_qemu_process_is_read_with_its_vms_cluster():
     fake = subprocess.Popen(["/usr/bin/qemu-system-x86_64", "-c", "import time; time.sleep(30)", "-name",
                              "guest=fake-compute-1,debug-threads=on"], executable=sys.executable)
     try:
+        import time
+        from pathlib import Path
+
+        deadline = time.monotonic() + 10  # until the child has exec'd (its command line is qemu's)
+        while b"guest=fake" not in Path(f"/proc/{fake.pid}/cmdline").read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.05)
         got = vmcpu.readings()
         assert got[fake.pid][0] == "fake" and got[fake.pid][1] >= 0
         assert all(cluster != "?" or pid != fake.pid for pid, (cluster, _cpu) in got.items())
