@@ -40,12 +40,13 @@ e2e: BOX_FOR = --for examples/workshop.yaml
 e2e: box          ## real VMs only
 	$(PYTEST) -v --durations=40 -m e2e tests
 
-# Two pytest streams at once (scripts/streams.py, issue 43): the class cluster's module, and the rest
-# (unit and API tests first, then the legacy rollback's short cluster and the other clusters), so that
-# the rest ends before the class's tests that run alone, last in its stream. Every e2e module is in
-# exactly one stream (tests/unit/test_streams.py checks it).
-STREAM_CLASS = tests/e2e/test_cluster.py
-STREAM_REST  = tests/unit tests/api tests/e2e/test_legacy_rollback.py tests/e2e/test_updates.py tests/e2e/test_hyperpod.py tests/e2e/test_host.py
+# Two pytest streams at once (scripts/streams.py, issue 43): the class cluster's module (the legacy
+# rollback's short cluster first), and the rest (unit and API tests first, then the other clusters). The
+# class's tests that run alone come last in its stream and wait for the rest to end: the rest's length
+# plus theirs is the run's, so the rest must not be the longer. Every e2e module is in exactly one
+# stream (tests/unit/test_streams.py checks it).
+STREAM_CLASS = tests/e2e/test_legacy_rollback.py tests/e2e/test_cluster.py
+STREAM_REST  = tests/unit tests/api tests/e2e/test_updates.py tests/e2e/test_hyperpod.py tests/e2e/test_host.py
 
 test: BOX_FOR = --for examples/workshop.yaml  # the e2e clusters' shapes: their templates before the tests
 test: box lint    ## every test: lint + unit + real VMs
