@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.homes import close_home
+from tests.e2e.labcli import Cluster
 
 pytestmark = pytest.mark.e2e
 
@@ -46,9 +47,7 @@ def sl(*args, check=True, timeout=900) -> subprocess.CompletedProcess:
 
 
 def on(node: str, command: str) -> str:
-    p = sl("ssh", NAME, node, "--", command, check=False, timeout=300)
-    assert p.returncode == 0, f"{command!r} on {node} failed: {p.stdout}{p.stderr}"
-    return p.stdout
+    return Cluster(NAME).on(node, command)
 
 
 def _wait(what, timeout: float, why: str, every: float = 5):

@@ -50,9 +50,22 @@ def used(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float
     return {k: round(v, 1) for k, v in sorted(per.items(), key=lambda kv: -kv[1]) if v >= 0.05}
 
 
-def record(test: str, seconds: float, per_cluster: dict[str, float], out: Path = OUT) -> None:
+def own_clusters() -> set[str]:
+    """The clusters in the lab home the test's module works in ($SLURMLAB_HOME's store): its own VMs, not
+    the other stream's."""
+    home = os.environ.get("SLURMLAB_HOME")
+    if not home or not (Path(home) / "state.db").exists():
+        return set()
+    from lab.engine import daemon
+
+    return {c.name for c in daemon.store().clusters()}
+
+
+def record(test: str, seconds: float, per_cluster: dict[str, float], out: Path = OUT,
+           own: set[str] | None = None) -> None:
     out.parent.mkdir(exist_ok=True)
-    line = json.dumps({"test": test, "seconds": round(seconds, 1), "vm_cpu_s": per_cluster}) + "\n"
+    line = json.dumps({"test": test, "seconds": round(seconds, 1), "vm_cpu_s": per_cluster,
+                       **({"own": sorted(own)} if own else {})}) + "\n"
     with open(out, "a") as f:  # one write per line: the two streams' lines never interleave
         f.write(line)
 
@@ -66,6 +79,7 @@ class Watch:
 
         self.test = test
         self.t0 = time.monotonic()
+        self.own = own_clusters()
         self.before = readings()
         self.last = dict(self.before)
         self._stop = threading.Event()
@@ -80,4 +94,5 @@ class Watch:
         self._stop.set()
         self._thread.join(timeout=10)
         self.last.update(readings())
-        record(self.test, time.monotonic() - self.t0, used(self.before, self.last))
+        self.own |= own_clusters()
+        record(self.test, time.monotonic() - self.t0, used(self.before, self.last), own=self.own)

@@ -73,3 +73,16 @@ def test_the_tests_whose_clusters_used_the_most_cpu(tmp_path, capsys):
     assert out[at + 1].endswith("test_rolling_update  (class 120 s)") and "120.0 s" in out[at + 1]
     assert out[at + 2].endswith("test_inservice  (patch 90 s, class 40 s)")
     assert json.loads((tmp_path / "t.json").read_text())["vm_cpu"]["tests/e2e/test_cluster.py::test_idle"] == {}
+
+
+def test_a_test_is_ranked_by_its_own_clusters_when_its_line_names_them(tmp_path, capsys):
+    (tmp_path / "junit.xml").write_text(JUNIT)
+    lines = [{"test": "t::patch_up", "seconds": 300, "vm_cpu_s": {"class": 200.0, "patch": 90.0, "twin": 80.0},
+              "own": ["patch", "twin"]},
+             {"test": "t::scale_out", "seconds": 400, "vm_cpu_s": {"class": 150.0, "patch": 30.0}, "own": ["class"]}]
+    (tmp_path / "vm.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert ci_times.main([str(tmp_path / "junit.xml"), "--vm-cpu", str(tmp_path / "vm.jsonl")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    at = next(i for i, line in enumerate(out) if "own clusters' VMs used the most CPU" in line)
+    # patch_up's own VMs (170 s) rank before scale_out's (150 s), although class's 200 s ran beside it
+    assert out[at + 1].startswith("ci:    170.0 s  t::patch_up") and out[at + 2].startswith("ci:    150.0 s  t::scale_out")

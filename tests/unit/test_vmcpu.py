@@ -56,7 +56,7 @@ def test_a_vm_made_and_gone_within_the_test_is_counted(monkeypatch, tmp_path):
     seen = iter([{}, {7: ("legacy", 3.0)}, {7: ("legacy", 9.0)}])
     monkeypatch.setattr(vmcpu, "readings", lambda: next(seen, {}))
     monkeypatch.setattr(vmcpu, "OUT", tmp_path / "out.jsonl")
-    monkeypatch.setattr(vmcpu, "record", lambda test, seconds, per, out=None: got.append(per))
+    monkeypatch.setattr(vmcpu, "record", lambda test, seconds, per, out=None, own=None: got.append(per))
     got = []
     import time
 
@@ -64,3 +64,16 @@ def test_a_vm_made_and_gone_within_the_test_is_counted(monkeypatch, tmp_path):
     time.sleep(0.2)
     w.done()
     assert got == [{"legacy": 9.0}]
+
+
+def test_a_line_names_the_clusters_of_the_tests_own_lab_home(tmp_path, monkeypatch):
+    from lab.engine import daemon
+    from tests.api.seed import seed_cluster
+
+    monkeypatch.setenv("SLURMLAB_HOME", str(tmp_path / "home"))
+    assert vmcpu.own_clusters() == set()  # no store yet
+    seed_cluster(daemon.store(), "patch")
+    assert vmcpu.own_clusters() == {"patch"}
+    out = tmp_path / "lines.jsonl"
+    vmcpu.record("t::one", 1.0, {"patch": 2.0, "class": 9.0}, out, own={"patch"})
+    assert json.loads(out.read_text())["own"] == ["patch"]
