@@ -68,38 +68,27 @@ def read_phases(path: Path | None) -> dict[str, float]:
     return out
 
 
-def read_vm_own(path: Path | None) -> dict[str, list[str]]:
-    """{test: the clusters of its own lab home} from tests/e2e/vmcpu.py's lines (where a line names them)."""
-    out: dict[str, list[str]] = {}
-    if path is None or not path.exists():
-        return out
-    for line in path.read_text().splitlines():
-        try:
-            d = json.loads(line)
-            if d.get("own"):
-                out[d["test"]] = [str(c) for c in d["own"]]
-        except (ValueError, KeyError, TypeError, AttributeError):
-            continue
-    return out
-
-
 def _own_cpu(per: dict[str, float], own: list[str] | None) -> float:
     """The CPU of the test's own clusters' VMs; without a list of them, its largest cluster's."""
     return sum(per.get(c, 0.0) for c in own) if own else max(per.values(), default=0.0)
 
 
-def read_vm_cpu(path: Path | None) -> dict[str, dict[str, float]]:
-    """{test: {cluster: CPU seconds of its VMs during the test}} from tests/e2e/vmcpu.py's lines."""
-    out: dict[str, dict[str, float]] = {}
+def read_vm_cpu(path: Path | None) -> tuple[dict[str, dict[str, float]], dict[str, list[str]]]:
+    """From tests/e2e/vmcpu.py's lines: {test: {cluster: CPU seconds of its VMs during the test}}, and
+    {test: the clusters of its own lab home} where a line names them."""
+    cpu: dict[str, dict[str, float]] = {}
+    own: dict[str, list[str]] = {}
     if path is None or not path.exists():
-        return out
+        return cpu, own
     for line in path.read_text().splitlines():
         try:
             d = json.loads(line)
-            out[d["test"]] = {str(k): float(v) for k, v in d["vm_cpu_s"].items()}
+            cpu[d["test"]] = {str(k): float(v) for k, v in d["vm_cpu_s"].items()}
+            if d.get("own"):
+                own[d["test"]] = [str(c) for c in d["own"]]
         except (ValueError, KeyError, TypeError, AttributeError):
             continue
-    return out
+    return cpu, own
 
 
 def render(res: dict) -> str:
@@ -135,10 +124,10 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         tests.update(test_times(junit))
     res = summary(tests, read_phases(args.phases), args.total_s)
-    vm = read_vm_cpu(args.vm_cpu)
+    vm, own = read_vm_cpu(args.vm_cpu)
     if vm:
         res["vm_cpu"] = vm
-        if own := read_vm_own(args.vm_cpu):
+        if own:
             res["vm_own"] = own
     print(render(res))
     if args.json:
