@@ -131,7 +131,9 @@ def host_remove(name: str = typer.Argument(...), output: Output = OutputOpt) -> 
     done = simulated.remove(name, host) if host.simulated else []
     if host.remote and not host.simulated:
         from lab.host import sshhost
+        from lab.providers import hosttemplates
 
+        done += hosttemplates.remove_all(host)  # a simulated host's pool goes with its folder
         sshhost.close(host)
         sshhost.forget(name)
     registry.remove(name)

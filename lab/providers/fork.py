@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import io
 import ipaddress
+import logging
 import os
 import subprocess
 import tarfile
@@ -32,6 +33,8 @@ from lab import paths
 from lab.providers import agent, savefile, templates
 from lab.providers.base import ClusterNet, MachineSpec
 from lab.providers.vagrantfile import hosts_credential, node_credential
+
+log = logging.getLogger(__name__)
 
 AGENT_TIMEOUT_S = 60.0
 IDENTITY_TIMEOUT_S = 120.0
@@ -94,49 +97,75 @@ def forks_dir() -> Path:
     return paths.libvirt_dir() / "forks"
 
 
-def fork(conn, *, pool_dir: Path, template: templates.Template, cluster: str, machine: MachineSpec,
-         machines: Sequence[MachineSpec], net: ClusterNet, public_key: str, munge_key: bytes | None,
-         state_disk: Path | None = None, description: str | None = None, pad: int = 0) -> dict:
-    """Make `machine` a running fork of `template` with its identity; {step: seconds}. Raises ForkError.
-    `state_disk` is hot-plugged, or, when the template's saved XML holds a state disk (a controller's role
-    template: lab/providers/roletemplates.py), takes its place in the XML. `description` and `pad` serve
-    a role template's build (a VM of no cluster, saved again: room in its XML for its forks')."""
-    import libvirt
+class LocalStore:
+    """What a fork makes on this machine: its overlay in the pool folder, its save image copy under
+    forks_dir() (a host that is not this machine: lab.providers.hosttemplates.PoolStore)."""
 
-    t = {}
-    t0 = time.monotonic()
-    overlay = pool_dir / f"{machine.name}.img"
-    image = forks_dir() / f"{machine.name}.save"
-    dom = None
-    try:
+    def __init__(self, pool_dir: Path, template: templates.Template) -> None:
+        self.pool_dir, self.template = pool_dir, template
+
+    def overlay(self, name: str) -> str:
+        overlay = self.pool_dir / f"{name}.img"
         overlay.unlink(missing_ok=True)  # a disk left by a failed attempt: the domain is gone (ensure checked)
-        r = subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", str(template.disk),
+        r = subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", str(self.template.disk),
                             str(overlay)], capture_output=True, text=True)
         if r.returncode:
             raise ForkError(f"qemu-img create {overlay} failed: {r.stderr.strip()[-300:]}")
+        return str(overlay)
+
+    def image(self, name: str, xml: str) -> str:
+        forks_dir().mkdir(parents=True, exist_ok=True)
+        image = forks_dir() / f"{name}.save"
+        savefile.copy_with_xml(self.template.memory, image, xml)
+        return str(image)
+
+    def drop_image(self, name: str) -> None:
+        (forks_dir() / f"{name}.save").unlink(missing_ok=True)
+
+    def drop_overlay(self, name: str) -> None:
+        (self.pool_dir / f"{name}.img").unlink(missing_ok=True)
+
+
+def fork(conn, *, pool_dir: Path, template: templates.Template, cluster: str, machine: MachineSpec,
+         machines: Sequence[MachineSpec], net: ClusterNet, public_key: str, munge_key: bytes | None,
+         state_disk: Path | str | None = None, description: str | None = None, pad: int = 0,
+         store=None) -> dict:
+    """Make `machine` a running fork of `template` with its identity; {step: seconds}. Raises ForkError.
+    `state_disk` is hot-plugged, or, when the template's saved XML holds a state disk (a controller's role
+    template: lab/providers/roletemplates.py), takes its place in the XML. `description` and `pad` serve
+    a role template's build (a VM of no cluster, saved again: room in its XML for its forks'). `store`
+    makes the overlay and the save image copy (LocalStore on this machine)."""
+    import libvirt
+
+    store = store or LocalStore(pool_dir, template)
+    t = {}
+    t0 = time.monotonic()
+    name = machine.name
+    dom = None
+    try:
+        overlay = store.overlay(name)
         t["overlay"] = time.monotonic() - t0
         saved = savefile.read(template.memory)
         in_xml = has_state_disk(saved.xml)
         if in_xml and state_disk is None:
             raise ForkError(f"template {template.key} holds a state disk and none was given")
-        xml, _ = fork_xml(saved.xml, cluster=cluster, name=machine.name, mac=machine.mac, disk=overlay,
+        xml, _ = fork_xml(saved.xml, cluster=cluster, name=name, mac=machine.mac, disk=overlay,
                           network=net.name, state_disk=state_disk if in_xml else None, description=description,
                           pad=pad)
-        forks_dir().mkdir(parents=True, exist_ok=True)
-        savefile.copy_with_xml(template.memory, image, xml)
+        image = store.image(name, xml)
         t["image"] = time.monotonic() - t0 - sum(t.values())
         conn.defineXML(xml)
-        conn.restoreFlags(str(image), None, 0)
-        dom = conn.lookupByName(machine.name)
+        conn.restoreFlags(image, None, 0)
+        dom = conn.lookupByName(name)
         t["restore"] = time.monotonic() - t0 - sum(t.values())
-        image.unlink(missing_ok=True)
+        store.drop_image(name)
         if state_disk is not None and not in_xml:
             dom.attachDeviceFlags(state_disk_xml(state_disk),
                                   libvirt.VIR_DOMAIN_AFFECT_LIVE | libvirt.VIR_DOMAIN_AFFECT_CONFIG)
         agent.wait(dom, AGENT_TIMEOUT_S, poll=0.2)
         agent.set_time(dom)
         t["agent"] = time.monotonic() - t0 - sum(t.values())
-        ident = Identity(host_keys=host_keys(f"root@{machine.name}"))
+        ident = Identity(host_keys=host_keys(f"root@{name}"))
         archive = identity_archive(cluster=cluster, machine=machine, machines=machines, net=net, public_key=public_key,
                                    munge_key=munge_key, ident=ident)
         ran = agent.run(dom, "/usr/local/lib/slurmlab/fork-identity", stdin=archive, timeout=IDENTITY_TIMEOUT_S)
@@ -145,27 +174,30 @@ def fork(conn, *, pool_dir: Path, template: templates.Template, cluster: str, ma
         t["identity"] = time.monotonic() - t0 - sum(t.values())
         return {k: round(v, 2) for k, v in t.items()}
     except (libvirt.libvirtError, agent.AgentError, savefile.SaveFormatError, templates.TemplateError, OSError) as e:
-        _undo(conn, machine.name, overlay)
-        raise ForkError(f"{machine.name}: fork of template {template.key} failed: {e}") from None
+        _undo(conn, name, store)
+        raise ForkError(f"{name}: fork of template {template.key} failed: {e}") from None
     except ForkError:
-        _undo(conn, machine.name, overlay)
+        _undo(conn, name, store)
         raise
     finally:
-        image.unlink(missing_ok=True)
+        try:
+            store.drop_image(name)
+        except Exception as e:  # noqa: BLE001 - a leftover copy is removed with the node (domains.purge)
+            log.warning("%s: the fork's save image copy stays: %s", name, e)
 
 
-def state_disk_xml(path: Path) -> str:
+def state_disk_xml(path: Path | str) -> str:
     from lab.providers.base import STATE_DISK_SERIAL
 
     return (f"<disk type='file' device='disk'><driver name='qemu' type='qcow2'/><source file='{path}'/>"
             f"<target dev='{STATE_DISK_TARGET}' bus='virtio'/><serial>{STATE_DISK_SERIAL}</serial></disk>")
 
 
-def _undo(conn, name: str, overlay: Path) -> None:
+def _undo(conn, name: str, store) -> None:
     from lab.providers.domains import end_named
 
     end_named(conn, name)
-    overlay.unlink(missing_ok=True)
+    store.drop_overlay(name)
 
 
 def _is_state(d) -> bool:
@@ -179,8 +211,8 @@ def has_state_disk(template_xml: str) -> bool:
     return any(_is_state(d) for d in ET.fromstring(template_xml).findall("devices/disk"))
 
 
-def fork_xml(template_xml: str, *, cluster: str, name: str, mac: str, disk: Path, network: str,
-             state_disk: Path | None = None, description: str | None = None, pad: int = 0) -> tuple[str, str]:
+def fork_xml(template_xml: str, *, cluster: str, name: str, mac: str, disk: Path | str, network: str,
+             state_disk: Path | str | None = None, description: str | None = None, pad: int = 0) -> tuple[str, str]:
     """A fork's domain XML from the template's saved one: its own name, UUID, MAC, disk and network, the
     cluster's description (lab.providers.base.cluster_of), no padding; the template's state disk, if it
     has one, is `state_disk`. Returns (xml, uuid)."""

@@ -183,9 +183,8 @@ class VagrantProvider(Provider, Checkpoints, Placement):
             hostside.refuse_foreign(host, text, on.pool_path)
             if not cd.vagrantfile.exists() or cd.vagrantfile.read_text() != text:
                 atomic_write(cd.vagrantfile, text)
-        if host.local:
-            for b in sorted({m.box or box or self.box for m in machines}):
-                self.warm.prebuild(b, [m for m in machines if (m.box or box or self.box) == b])
+        for b in sorted({m.box or box or self.box for m in machines}):  # built here, whatever the host
+            self.warm.prebuild(b, [m for m in machines if (m.box or box or self.box) == b])
         return net
 
     def ensure(self, cluster: str, machine: MachineSpec) -> Observed:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 
 from lab import paths
 from lab.host import kvm, libvirtd
-from lab.providers import fork, placement, roletemplates, templates
+from lab.providers import fork, hosttemplates, placement, roletemplates, templates
 from lab.providers.base import ClusterNet, LaunchError, MachineSpec, Observed, Start
 from lab.workspace import ClusterDir
 
@@ -80,7 +80,7 @@ class WarmStart:
             return None, "not a Slurm node"
         if not machine.role_template:
             return None, "its cluster forks no role template (Lab.RoleTemplates false, or HyperPod-shaped nodes)"
-        if machine.state_disk and (paths.pool_dir() / machine.state_disk).exists():
+        if machine.state_disk and _state_disk_exists(cluster, machine.state_disk):
             return None, "its state disk holds the cluster's state (a role template's memory expects its own)"
         driver = kvm.detect().driver
         shape = shape_of(machine)
@@ -123,9 +123,6 @@ class WarmStart:
         """Why `machine` boots cold (None: it is forked)."""
         if machine.start != Start.WARM:
             return "Lab.Start is Cold"
-        host = placement.host_of(cluster)
-        if not host.local:
-            return f"templates live on this machine; cluster {cluster} runs on host {host.name}"
         return box_supports(box) or templates.failure(box, shape_of(machine), kvm.detect().driver)
 
     def prebuild(self, box: str, machines: Sequence[MachineSpec]) -> None:
@@ -148,6 +145,28 @@ class WarmStart:
         tpl = role_tpl or templates.ensure(box, shape_of(machine), kvm.detect().driver, progress=log.info)
         t_tpl = time.monotonic() - t0
         cd = ClusterDir(cluster)
+        host = placement.host_of(cluster)
+        if host.local:
+            timings = self._fork_here(cluster, machine, machines, net, tpl, role_tpl, cd)
+        else:
+            timings = self._fork_on(host, cluster, machine, machines, net, tpl, cd)
+        t1 = time.monotonic()
+        if not answers_within(cluster, machine.address, SSH_AFTER_FORK_S):
+            self.remove(cluster, machine.name)
+            raise fork.ForkError(f"{machine.name} was forked but did not answer ssh within {SSH_AFTER_FORK_S:.0f} s")
+        timings["ssh"] = round(time.monotonic() - t1, 2)
+        if t_tpl > 1:
+            timings["template"] = round(t_tpl, 1)
+        details = {"start": Start.WARM.value, "template": tpl.key, "timings": timings,
+                   "seconds": round(time.monotonic() - t0, 1), "role_template": role_tpl is not None}
+        if role_tpl is None and machine.node_type in roletemplates.ROLES:
+            details["notice"] = f"forked from the plain template and fully configured: {why_not}"
+        return Observed(machine.name, "running", machine.address, details=details)
+
+    @staticmethod
+    def _fork_here(cluster: str, machine: MachineSpec, machines: Sequence[MachineSpec], net: ClusterNet,
+                   tpl: templates.Template, role_tpl: roletemplates.RoleTemplate | None, cd: ClusterDir) -> dict:
+        """A fork on this machine: its files in the lab's pool folder."""
         state = None
         copied = False
         if machine.state_disk:
@@ -165,25 +184,50 @@ class WarmStart:
             timings = fork.fork(conn, pool_dir=paths.pool_dir(), template=tpl, cluster=cluster, machine=machine,
                                 machines=machines, net=net, public_key=cd.ssh_key.with_suffix(".pub").read_text(),
                                 munge_key=cd.munge_key.read_bytes(), state_disk=state)
-            _refresh_pool(conn)  # the overlay (and a new state disk) become volumes libvirt knows, as Vagrant's are
+            _refresh_pool(conn, libvirtd.POOL)  # the overlay (and a new state disk) become volumes libvirt knows
         except fork.ForkError:
             if copied:  # the cold path makes its own state disk
                 state.unlink(missing_ok=True)
             raise
         finally:
             conn.close()
-        t1 = time.monotonic()
-        if not answers_within(cluster, machine.address, SSH_AFTER_FORK_S):
-            self.remove(cluster, machine.name)
-            raise fork.ForkError(f"{machine.name} was forked but did not answer ssh within {SSH_AFTER_FORK_S:.0f} s")
-        timings["ssh"] = round(time.monotonic() - t1, 2)
-        if t_tpl > 1:
-            timings["template"] = round(t_tpl, 1)
-        details = {"start": Start.WARM.value, "template": tpl.key, "timings": timings,
-                   "seconds": round(time.monotonic() - t0, 1), "role_template": role_tpl is not None}
-        if role_tpl is None and machine.node_type in roletemplates.ROLES:
-            details["notice"] = f"forked from the plain template and fully configured: {why_not}"
-        return Observed(machine.name, "running", machine.address, details=details)
+        return timings
+
+    @staticmethod
+    def _fork_on(host, cluster: str, machine: MachineSpec, machines: Sequence[MachineSpec], net: ClusterNet,
+                 tpl: templates.Template, cd: ClusterDir) -> dict:
+        """A fork on another host: the template's files uploaded to its pool once, the fork's own as
+        volumes there (lab/providers/hosttemplates.py)."""
+        from lab.host.caps import driver_of
+
+        t0 = time.monotonic()
+        conn = host.connect()
+        state = None
+        try:
+            if (theirs := driver_of(host, conn)) != (ours := kvm.detect().driver):
+                raise fork.ForkError(f"the templates are {ours} domains and host {host.name} runs {theirs} ones")
+            store = hosttemplates.PoolStore(conn, host.pool, hosttemplates.ensure(host, conn, tpl))
+            uploaded = time.monotonic() - t0
+            made_state = machine.state_disk is not None and not _state_disk_exists(cluster, machine.state_disk)
+            try:
+                if machine.state_disk:
+                    state = store.state_disk(machine.state_disk, _state_size())
+                timings = fork.fork(conn, pool_dir=paths.pool_dir(), template=tpl, cluster=cluster, machine=machine,
+                                    machines=machines, net=net, public_key=cd.ssh_key.with_suffix(".pub").read_text(),
+                                    munge_key=cd.munge_key.read_bytes(), state_disk=state, store=store)
+            except (fork.ForkError, templates.TemplateError, OSError) as e:
+                if made_state:  # the cold path makes its own state disk
+                    store.drop(machine.state_disk)
+                raise fork.ForkError(str(e)) from None
+            except Exception as e:  # a libvirtError of the state disk
+                if made_state:
+                    store.drop(machine.state_disk)
+                raise fork.ForkError(f"{machine.name}: state disk on host {host.name}: {e}") from None
+        finally:
+            conn.close()
+        if uploaded > 1:
+            timings["upload"] = round(uploaded, 1)
+        return timings
 
     # ---------------------------------------------------------------- acting on a fork through libvirt
     @staticmethod
@@ -242,13 +286,32 @@ class WarmStart:
         purge(cluster, name)
 
 
-def _refresh_pool(conn) -> None:
+def _refresh_pool(conn, pool: str) -> None:
     import libvirt
 
     try:
-        conn.storagePoolLookupByName(libvirtd.POOL).refresh(0)
+        conn.storagePoolLookupByName(pool).refresh(0)
     except libvirt.libvirtError as e:
-        log.warning("storage pool %s not refreshed: %s", libvirtd.POOL, e.get_error_message())
+        log.warning("storage pool %s not refreshed: %s", pool, e.get_error_message())
+
+
+def _state_disk_exists(cluster: str, name: str) -> bool:
+    """Whether the cluster's state disk `name` is on its host (a file here, a volume of another host's pool)."""
+    import libvirt
+
+    host = placement.host_of(cluster)
+    if host.local:
+        return (paths.pool_dir() / name).exists()
+    conn = host.connect()
+    try:
+        pool = conn.storagePoolLookupByName(host.pool)
+        pool.refresh(0)
+        pool.storageVolLookupByName(name)
+        return True
+    except libvirt.libvirtError:
+        return False
+    finally:
+        conn.close()
 
 
 def _state_size() -> str:

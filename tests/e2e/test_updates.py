@@ -260,19 +260,20 @@ def _rig_sees(command: str) -> str:
 
 
 def test_a_second_host_takes_the_cluster_the_first_has_no_room_for(served):
-    """Issues 16 and 29 on real VMs: a second libvirt host that looks like another machine (`host simulate
+    """Issues 16, 29 and 47 on real VMs: a second libvirt host that looks like another machine (`host simulate
     --remote`: its own libvirtd, sshd and address in namespaces of its own, none of the lab's files there),
     reached only over qemu+ssh. With this host's memory limited to what its VMs use plus 200 MiB,
-    a cluster made with boto3 (controller + 1 compute, 1536 MiB: two VMs keep the test's cold boots short) is
-    placed on the remote host; its domains name no file of this machine; both clusters run `srun`. Delete
-    removes what the cluster had on the remote (its uploaded munge key too) and `host remove` leaves nothing
-    on either host. (The loss of a host, its nodes rebuilt here, is on the sim engine:
-    tests/unit/test_engine_hostloss.py; it ran on real VMs in CI until stop 37, then left the e2e suite
-    for CI's time budget.)"""
+    a cluster made with boto3 (controller + 1 compute, 1536 MiB) is placed on the remote host. Its nodes
+    are forked there (issue 47): the templates go up to the remote's pool through libvirt, rebased onto
+    its volumes, and each node's overlay, save image copy and state disk are volumes there; its domains
+    name no file of this machine; both clusters run `srun`. Delete removes what the cluster had on the
+    remote and `host remove` leaves nothing on either host. (The loss of a host, its nodes rebuilt here,
+    is on the sim engine: tests/unit/test_engine_hostloss.py; it ran on real VMs in CI until stop 37, then
+    left the e2e suite for CI's time budget.)"""
     import xml.etree.ElementTree as ET
 
     from lab.host import registry, rig, simulated, sshhost
-    from lab.providers import domains, hostside
+    from lab.providers import domains, fork, hostside
 
     sl("host", "simulate", H2, "--remote")
     # the other machine: none of the lab's folders, no socket of its libvirtd on this side
@@ -313,17 +314,18 @@ def test_a_second_host_takes_the_cluster_the_first_has_no_room_for(served):
         try:
             doms = domains.of_cluster(c2, FAR)
             assert sorted(d.name() for d in doms) == ["far-compute-1", "far-controller-1"]
-            for d in doms:  # what the remote's qemu reads is the remote's: its pool, its qemu, the uploaded key
+            for d in doms:  # what the remote's qemu reads is the remote's: its pool's volumes, rebased templates
                 xml = d.XMLDesc(0)
                 assert hostside.foreign_paths(xml) == [] and "/var/lib/libvirt/slurmlab" not in xml, d.name()
-                fw = [a.get("value") for a in ET.fromstring(xml).iter("{http://libvirt.org/schemas/domain/qemu/1.0}arg")
-                      if "munge_key" in (a.get("value") or "")]
-                assert fw == [f"name=opt/io.systemd.credentials/slurmlab.munge_key,file={rig.POOL_PATH}/far-munge.key"], fw
+                assert fork.fork_of(xml), f"{d.name()} booted cold on the remote (the engine log's 'boots cold' says why)"
+                files = [s.get("file") for s in ET.fromstring(xml).iter("source") if s.get("file")]
+                assert files and all(f.startswith(f"{rig.POOL_PATH}/") for f in files), files
+                assert any("slurmlab_tpl_" in f for f in files), f"no template volume in {d.name()}'s chain: {files}"
                 tb = ET.fromstring(xml).find("features/tcg/tb-cache")  # TCG's cache capped without the local wrapper
                 assert tb is not None and int(tb.text) << {"KiB": 10, "MiB": 20}[tb.get("unit", "KiB")] == 128 << 20, d.name()
         finally:
             c2.close()
-        # the key reached the node (at boot from that volume, or from the munge role)
+        # the key reached the node (a fork gets it with its identity, through the guest agent)
         assert sl("ssh", FAR, "controller", "--", "systemctl is-active munge").stdout.strip() == "active"
         srun = "timeout 120 srun --immediate=60 -p dev -N1 hostname"
         assert sl("ssh", FAR, "controller", "--", srun).stdout.split() == ["far-compute-1"]

@@ -175,16 +175,18 @@ def test_the_spec_takes_role_templates_true_or_false(tmp_path, lab_home):
     assert "Lab.RoleTemplates: 'off' is not true or false" in ei.value.message
 
 
-def test_a_cold_spec_or_a_remote_host_boots_cold(monkeypatch):
+def test_a_cold_spec_boots_cold_and_a_remote_hosts_nodes_are_forked_too(monkeypatch):
     from lab.providers import warm
 
     class Host:
         local, name = False, "far"
     monkeypatch.setattr(warm.placement, "host_of", lambda c: Host())
+    monkeypatch.setattr(warm, "box_supports", lambda box: None)
+    monkeypatch.setattr(warm.templates, "failure", lambda *a: None)
     w = warm.WarmStart()
     m = machines()[1]
     assert w.blocker("demo", MachineSpec(**{**m.__dict__, "start": Start.COLD}), "b") == "Lab.Start is Cold"
-    assert "templates live on this machine" in w.blocker("demo", m, "b")
+    assert w.blocker("demo", m, "b") is None  # its templates go up to that host (lab/providers/hosttemplates.py)
 
 
 def test_a_box_without_warm_start_boots_cold(monkeypatch, tmp_path):
