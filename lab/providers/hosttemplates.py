@@ -45,9 +45,9 @@ def volume_name(path: Path) -> str:
     return f"{PREFIX}{path.parent.name}_{path.name}"
 
 
-def _lock(host: str, key: str) -> threading.Lock:
+def _lock(host: str, volume: str) -> threading.Lock:
     with _locks_guard:
-        return _locks.setdefault((host, key), threading.Lock())
+        return _locks.setdefault((host, volume), threading.Lock())
 
 
 def chain(disk: Path) -> list[Path]:
@@ -165,17 +165,21 @@ def ensure(host, conn, tpl: templates.Template) -> OnHost:
     try:
         uid, gid = qemu_owner(conn.getCapabilities())
         pool = conn.storagePoolLookupByName(host.pool)
-        with _lock(host.name, tpl.key):
-            pool.refresh(0)
-            files = chain(tpl.disk)[::-1]  # base first: each file's backing is up before it
-            with tempfile.TemporaryDirectory(prefix="slurmlab-hosttpl-") as d:
-                on_host: dict[Path, str] = {}
-                for i, f in enumerate(files):
-                    src = f if i == 0 else _rebased(f, on_host[files[i - 1]], Path(d))
-                    on_host[f] = _upload(conn, pool, volume_name(f), src, uid, gid, sent)
-            memory = _upload(conn, pool, volume_name(tpl.memory), tpl.memory, uid, gid, sent)
-            state = getattr(tpl, "state", None)
-            state_path = _upload(conn, pool, volume_name(state), state, uid, gid, sent) if state and state.is_file() else None
+        pool.refresh(0)
+
+        def up(src: Path, local: Path | None = None) -> str:
+            name = volume_name(local or src)
+            with _lock(host.name, name):  # two templates share their plain template's files: one upload
+                return _upload(conn, pool, name, src, uid, gid, sent)
+
+        files = chain(tpl.disk)[::-1]  # base first: each file's backing is up before it
+        with tempfile.TemporaryDirectory(prefix="slurmlab-hosttpl-") as d:
+            on_host: dict[Path, str] = {}
+            for i, f in enumerate(files):
+                on_host[f] = up(f) if i == 0 else up(_rebased(f, on_host[files[i - 1]], Path(d)), f)
+        memory = up(tpl.memory)
+        state = getattr(tpl, "state", None)
+        state_path = up(state) if state and state.is_file() else None
         if sent:
             log.info("template %s uploaded to host %s: %s", tpl.key, host.name, ", ".join(sent))
             if gone := prune(conn, host.pool, local_keys()):
