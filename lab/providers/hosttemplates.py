@@ -9,8 +9,8 @@ and its files become volumes of the host's pool, uploaded once through libvirt's
 machine no longer has are removed from the host at the next upload (`prune`). A qcow2 file whose backing
 file is another file of the chain goes up rebased onto that volume's path on the host (`qemu-img rebase
 -u` on a local copy of its few MiB), so the host's qemu reads only its own files. Each file's first
-bytes go up last: a volume whose first bytes are not the file's magic was cut off (a killed engine) and
-is uploaded again.
+4 KiB go up last: a volume whose first 4 KiB differ from the file's was cut off (a killed engine) or is
+another file, and is uploaded again.
 
 A fork there (`PoolStore`, used by lab/providers/fork.py) makes volumes only: its overlay
 `<node>.img` (libvirt's own qemu-img, backed by the host's disk volume), a copy of the save image made
@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 
 PREFIX = "slurmlab_tpl_"  # no cluster name holds "_" (HyperPod's ClusterName pattern): never a cluster's volume
 CHUNK = 1 << 20
+HEAD = 4096  # a file's first bytes, sent last: a volume without them was cut off
 _locks: dict[tuple[str, str], threading.Lock] = {}
 _locks_guard = threading.Lock()
 
@@ -67,21 +68,18 @@ class OnHost:
     state: str | None = None  # a controller role template's state disk
 
 
-def _magic(path: Path) -> bytes:
-    with open(path, "rb") as f:
-        return f.read(16)
-
-
 def _upload(conn, pool, name: str, src: Path, uid: int, gid: int, sent: list[str]) -> str:
     """`src` as the volume `name` (replaced when cut off or of another size; then its name goes to
     `sent`); its path on the host."""
     import libvirt
 
     size = src.stat().st_size
-    magic = _magic(src)
+    with open(src, "rb") as f:
+        head = f.read(HEAD)
     try:
         vol = pool.storageVolLookupByName(name)
-        if vol.info()[1] == size and _read(conn, vol, len(magic)) == magic:
+        # (not its size: libvirt's refresh reports a qcow2 file's virtual size as the volume's capacity)
+        if _read(conn, vol, len(head)) == head:
             return vol.path()
         vol.delete(0)
     except libvirt.libvirtError:
@@ -90,7 +88,7 @@ def _upload(conn, pool, name: str, src: Path, uid: int, gid: int, sent: list[str
                          f"<target><format type='raw'/><permissions><mode>0644</mode><owner>{uid}</owner>"
                          f"<group>{gid}</group></permissions></target></volume>", 0)
     with open(src, "rb") as f:
-        head = f.read(4096)
+        f.seek(len(head))
         _send(conn, vol, len(head), size - len(head), f)  # the rest first,
         _send(conn, vol, 0, len(head), _Bytes(head))  # then the first bytes: a cut-off upload has none
     sent.append(name)

@@ -58,6 +58,8 @@ class Vol:
 
     def info(self):
         size = self.file.stat().st_size
+        if self.file.read_bytes()[:4] == b"QFI\xfb":  # libvirt's refresh probes a qcow2 file: its virtual size
+            return [0, 1 << 30, size]
         return [0, self.pool.capacity.get(self._name, size), size]
 
     def upload(self, st, offset, length, flags):
@@ -213,7 +215,10 @@ def test_a_role_templates_chain_and_state_go_up_rebased(fake, tmp_path):
     subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", str(plain.disk), str(d / "disk.qcow2")], check=True)
     subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", str(d / "state.qcow2"), "8M"], check=True)
     (d / "mem.save").write_bytes(plain.memory.read_bytes())
+    hosttemplates.ensure(Host(), fake, plain)  # a compute node's fork took the plain template's files up
+    fake.pool.uploaded.clear()
     on = hosttemplates.ensure(Host(), fake, RoleTemplate(d.name, d, "Controller"))
+    assert {n for n, _, _ in fake.pool.uploaded} == {f"slurmlab_tpl_{d.name}_{f}" for f in ("disk.qcow2", "mem.save", "state.qcow2")}
     host = fake.pool.folder
     assert backing(on.disk) == str(host / f"slurmlab_tpl_{plain.key}_disk.qcow2")
     assert backing(str(host / f"slurmlab_tpl_{plain.key}_disk.qcow2")) == str(host / f"slurmlab_tpl_{plain.key}_base.img")
