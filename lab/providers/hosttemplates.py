@@ -158,6 +158,7 @@ def ensure(host, conn, tpl: templates.Template) -> OnHost:
     import libvirt
 
     from lab.host.caps import qemu_owner
+    from lab.providers.roletemplates import RoleTemplate
 
     sent: list[str] = []
     try:
@@ -176,8 +177,7 @@ def ensure(host, conn, tpl: templates.Template) -> OnHost:
             for i, f in enumerate(files):
                 on_host[f] = up(f) if i == 0 else up(_rebased(f, on_host[files[i - 1]], Path(d)), f)
         memory = up(tpl.memory)
-        state = getattr(tpl, "state", None)
-        state_path = up(state) if state and state.is_file() else None
+        state_path = up(tpl.state) if isinstance(tpl, RoleTemplate) and tpl.state.is_file() else None
         if sent:
             log.info("template %s uploaded to host %s: %s", tpl.key, host.name, ", ".join(sent))
             if gone := prune(conn, host.pool, local_keys()):
