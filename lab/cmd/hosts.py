@@ -187,7 +187,8 @@ def box_templates(rebuild: bool = typer.Option(False, help="remove every templat
                                                           "the next fork (or box build) makes them anew"),
                   output: Output = OutputOpt) -> None:
     """The warm-start templates: one booted, saved VM per box and shape (plain), and per role (role=: the
-    roles' cluster-independent work done), forked into new nodes (docs/adr/0011, 0022)."""
+    roles' cluster-independent work done), forked into new nodes (docs/adr/0011, 0022), and the hosts
+    whose pool holds them (another host's copy goes up with its first fork there: docs/adr/0026)."""
     import shutil
     import time
 
@@ -202,6 +203,9 @@ def box_templates(rebuild: bool = typer.Option(False, help="remove every templat
         tpl.forget_failures()
         rtpl.forget_failures()
     rows = [{**t, "role": None} for t in tpl.listing()] + rtpl.listing()
+    on, unreachable = _templates_on_hosts()
+    for t in rows:
+        t["hosts"] = ["local"] + sorted(on.get(t["key"], []))
     if output == Output.json:
         print_json(rows)
         return
@@ -212,7 +216,36 @@ def box_templates(rebuild: bool = typer.Option(False, help="remove every templat
         took = (f"boot {t['timings'].get('booted', '?')} s" if t["role"] is None
                 else f"configured {t['timings'].get('configure', '?')} s")
         out.print(f"{t['key']}  {'role=' + t['role'] if t['role'] else 'plain'}  box={t['box']}  {t['cpus']} vCPU "
-                  f"{t['memory_mib']} MiB  {t['driver']}  {t['size'] / 2**20:.0f} MiB  {age:.1f} h old  {took}")
+                  f"{t['memory_mib']} MiB  {t['driver']}  {t['size'] / 2**20:.0f} MiB  {age:.1f} h old  {took}  "
+                  f"on {', '.join(t['hosts'])}")
+    for name, why in unreachable:
+        out.print(f"host {name}: its templates are not listed: {why}")
+
+
+def _templates_on_hosts() -> tuple[dict[str, list[str]], list[tuple[str, str]]]:
+    """{template key: the other hosts whose pool has its volumes}, and the hosts that did not answer."""
+    import libvirt
+
+    from lab.host import registry
+    from lab.providers import hosttemplates
+
+    on: dict[str, list[str]] = {}
+    unreachable = []
+    for h in registry.all_hosts():
+        if h.local:
+            continue
+        try:
+            conn = h.connect()
+            try:
+                keys = {v["template"] for v in hosttemplates.listing(conn, h.pool)}
+            finally:
+                conn.close()
+        except libvirt.libvirtError as e:
+            unreachable.append((h.name, e.get_error_message()))
+            continue
+        for k in keys:
+            on.setdefault(k, []).append(h.name)
+    return on, unreachable
 
 
 @box_app.command("list")

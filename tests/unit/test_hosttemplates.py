@@ -17,7 +17,8 @@ CAPS = "<capabilities><host><secmodel><model>dac</model><baselabel type='kvm'>+6
 
 
 class FakeError(Exception):
-    pass
+    def get_error_message(self) -> str:
+        return str(self)
 
 
 class Stream:
@@ -238,3 +239,33 @@ def test_the_volumes_of_templates_this_machine_no_longer_has_are_removed(fake, t
     listed = hosttemplates.listing(fake, "slurmlab")
     assert {x["template"] for x in listed} == {new.key}
     assert (fake.pool.folder / "demo-compute-1.img").exists()  # a node's volume is never a template's
+
+
+def test_box_templates_names_the_hosts_that_hold_each_template(fake, tmp_path, monkeypatch):
+    import libvirt
+
+    from lab.cmd import hosts
+    from lab.host import registry
+
+    t = template(tmp_path)
+    hosttemplates.ensure(Host(), fake, t)
+
+    class Remote:
+        local, name, pool = False, "far", "slurmlab"
+
+        def connect(self):
+            return fake
+
+    class Gone(Remote):
+        name = "gone"
+
+        def connect(self):
+            raise libvirt.libvirtError("cannot reach gone")
+
+    class Local:
+        local, name = True, "local"
+    fake.close = lambda: None
+    monkeypatch.setattr(registry, "all_hosts", lambda: [Local(), Remote(), Gone()])
+    on, unreachable = hosts._templates_on_hosts()
+    assert on == {t.key: ["far"]}
+    assert unreachable == [("gone", "cannot reach gone")]
