@@ -46,8 +46,8 @@ e2e: box          ## real VMs only
 # for). The class's tests that run alone come last in its stream and wait for the other e2e stream to
 # end: its length plus theirs is the run's, so that stream must not be the longer. Every test module is
 # in exactly one stream (tests/unit/test_streams.py checks it).
-STREAM_CLASS = tests/e2e/test_legacy_rollback.py tests/e2e/test_cluster.py
-STREAM_REST  = tests/unit tests/e2e/test_updates.py tests/e2e/test_hyperpod.py tests/e2e/test_host.py
+STREAM_CLASS = tests/e2e/test_cluster.py
+STREAM_REST  = tests/unit tests/e2e/test_updates.py tests/e2e/test_hyperpod.py tests/e2e/test_host.py tests/e2e/test_legacy_rollback.py
 STREAM_API   = tests/api
 
 test: BOX_FOR = --for examples/workshop.yaml  # the e2e clusters' shapes: their templates before the tests
