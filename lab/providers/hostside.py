@@ -67,9 +67,11 @@ def upload_munge_key(host, conn, cluster: str, key: bytes) -> str | None:
 def _upload(conn, pool, name: str, key: bytes, uid: int, gid: int) -> str:
     import libvirt
 
+    from lab.providers import volstream
+
     try:
         vol = pool.storageVolLookupByName(name)
-        if vol.info()[1] == len(key) and _download(conn, vol) == key:
+        if vol.info()[1] == len(key) and volstream.read(conn, vol, len(key)) == key:
             return vol.path()
         vol.delete(0)
     except libvirt.libvirtError:
@@ -77,25 +79,8 @@ def _upload(conn, pool, name: str, key: bytes, uid: int, gid: int) -> str:
     vol = pool.createXML(f"<volume><name>{name}</name><capacity unit='bytes'>{len(key)}</capacity>"
                          f"<target><format type='raw'/><permissions><mode>0400</mode><owner>{uid}</owner>"
                          f"<group>{gid}</group></permissions></target></volume>", 0)
-    st = conn.newStream(0)
-    vol.upload(st, 0, len(key), 0)
-    st.send(key)
-    st.finish()
+    volstream.send(conn, vol, 0, key)
     return vol.path()
-
-
-def _download(conn, vol) -> bytes:
-    st = conn.newStream(0)
-    size = vol.info()[1]
-    vol.download(st, 0, size, 0)
-    data = b""
-    while len(data) < size:
-        got = st.recv(size - len(data))
-        if not isinstance(got, bytes) or not got:
-            break
-        data += got
-    st.finish()
-    return data
 
 
 def inputs(host, cluster: str, munge_key: Path) -> LaunchInputs:

@@ -30,12 +30,11 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab.providers import savefile, templates
+from lab.providers import savefile, templates, volstream
 
 log = logging.getLogger(__name__)
 
 PREFIX = "slurmlab_tpl_"  # no cluster name holds "_" (HyperPod's ClusterName pattern): never a cluster's volume
-CHUNK = 1 << 20
 HEAD = 4096  # a file's first bytes, sent last: a volume without them was cut off
 _locks: dict[tuple[str, str], threading.Lock] = {}
 _locks_guard = threading.Lock()
@@ -79,7 +78,7 @@ def _upload(conn, pool, name: str, src: Path, uid: int, gid: int, sent: list[str
     try:
         vol = pool.storageVolLookupByName(name)
         # (not its size: libvirt's refresh reports a qcow2 file's virtual size as the volume's capacity)
-        if _read(conn, vol, len(head)) == head:
+        if volstream.read(conn, vol, len(head)) == head:
             return vol.path()
         vol.delete(0)
     except libvirt.libvirtError:
@@ -89,56 +88,10 @@ def _upload(conn, pool, name: str, src: Path, uid: int, gid: int, sent: list[str
                          f"<group>{gid}</group></permissions></target></volume>", 0)
     with open(src, "rb") as f:
         f.seek(len(head))
-        _send(conn, vol, len(head), size - len(head), f)  # the rest first,
-        _send(conn, vol, 0, len(head), _Bytes(head))  # then the first bytes: a cut-off upload has none
+        volstream.send_file(conn, vol, len(head), size - len(head), f)  # the rest first,
+        volstream.send(conn, vol, 0, head)  # then the first bytes: a cut-off upload has none
     sent.append(name)
     return vol.path()
-
-
-class _Bytes:
-    def __init__(self, data: bytes) -> None:
-        self.data, self.pos = data, 0
-
-    def read(self, n: int) -> bytes:
-        out = self.data[self.pos:self.pos + n]
-        self.pos += len(out)
-        return out
-
-
-def _send(conn, vol, offset: int, length: int, f) -> None:
-    if length <= 0:
-        return
-    st = conn.newStream(0)
-    vol.upload(st, offset, length, 0)
-    left = length
-    while left > 0:
-        data = f.read(min(CHUNK, left))
-        if not data:
-            st.abort()
-            raise templates.TemplateError(f"{vol.name()}: the local file ended {left} bytes short")
-        _send_all(st, data)
-        left -= len(data)
-    st.finish()
-
-
-def _send_all(st, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        n = st.send(view.tobytes())
-        view = view[n:]
-
-
-def _read(conn, vol, n: int) -> bytes:
-    st = conn.newStream(0)
-    vol.download(st, 0, n, 0)
-    data = b""
-    while len(data) < n:
-        got = st.recv(n - len(data))
-        if not isinstance(got, bytes) or not got:
-            break
-        data += got
-    st.finish()
-    return data
 
 
 def _rebased(qcow2: Path, backing: str, tmp: Path) -> Path:
@@ -263,8 +216,8 @@ class PoolStore:
         src = self.conn.storageVolLookupByPath(self.on_host.memory)
         vol = self._pool().createXMLFrom(f"<volume><name>{name}-fork.save</name><capacity unit='bytes'>"
                                          f"{src.info()[1]}</capacity><target><format type='raw'/></target></volume>", src, 0)
-        head = savefile.with_xml(_read(self.conn, src, savefile.HEADER_SIZE + _data_len(self.conn, src)), xml)
-        _send(self.conn, vol, 0, len(head), _Bytes(head))
+        head = savefile.with_xml(volstream.read(self.conn, src, savefile.HEADER_SIZE + _data_len(self.conn, src)), xml)
+        volstream.send(self.conn, vol, 0, head)
         return vol.path()
 
     def state_disk(self, name: str, size: str) -> str:
@@ -301,7 +254,7 @@ class PoolStore:
 def _data_len(conn, vol) -> int:
     import struct
 
-    head = _read(conn, vol, savefile.HEADER_SIZE)
+    head = volstream.read(conn, vol, savefile.HEADER_SIZE)
     if head[:16] != savefile.MAGIC:
         raise savefile.SaveFormatError(f"{vol.name()} is not a complete libvirt save image")
     return struct.unpack_from("<I", head, 20)[0]

@@ -269,3 +269,24 @@ def test_box_templates_names_the_hosts_that_hold_each_template(fake, tmp_path, m
     on, unreachable = hosts._templates_on_hosts()
     assert on == {t.key: ["far"]}
     assert unreachable == [("gone", "cannot reach gone")]
+
+
+def test_a_stream_that_takes_nothing_or_a_short_file_fails_instead_of_spinning(fake, tmp_path):
+    from lab.providers import volstream
+
+    vol = fake.pool.createXML("<volume><name>v</name><capacity>8</capacity></volume>", 0)
+
+    class Stuck(Stream):
+        def send(self, data):
+            return 0
+
+        def abort(self):
+            self.aborted = True
+    st = Stuck()
+    fake.newStream = lambda flags: st
+    with pytest.raises(OSError, match="took no bytes"):
+        volstream.send(fake, vol, 0, b"12345678")
+    assert st.aborted
+    del fake.newStream
+    with pytest.raises(OSError, match="ended 4 bytes short"):
+        volstream.send_file(fake, vol, 0, 8, volstream._Bytes(b"1234"))

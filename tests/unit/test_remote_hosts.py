@@ -87,6 +87,7 @@ class FakeStream:
 
     def send(self, data):
         self.sent.append(data)
+        return len(data)
 
     def finish(self):
         pass
