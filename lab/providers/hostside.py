@@ -65,21 +65,12 @@ def upload_munge_key(host, conn, cluster: str, key: bytes) -> str | None:
 
 
 def _upload(conn, pool, name: str, key: bytes, uid: int, gid: int) -> str:
-    import libvirt
-
     from lab.providers import volstream
 
-    try:
-        vol = pool.storageVolLookupByName(name)
-        if vol.info()[1] == len(key) and volstream.read(conn, vol, len(key)) == key:
-            return vol.path()
-        vol.delete(0)
-    except libvirt.libvirtError:
-        pass
-    vol = pool.createXML(f"<volume><name>{name}</name><capacity unit='bytes'>{len(key)}</capacity>"
-                         f"<target><format type='raw'/><permissions><mode>0400</mode><owner>{uid}</owner>"
-                         f"<group>{gid}</group></permissions></target></volume>", 0)
-    volstream.send(conn, vol, 0, key)
+    vol, new = volstream.kept_or_new(pool, name, len(key), (uid, gid), 0o400,
+                                     lambda v: v.info()[1] == len(key) and volstream.read(conn, v, len(key)) == key)
+    if new:
+        volstream.send(conn, vol, 0, key)
     return vol.path()
 
 

@@ -68,24 +68,16 @@ class OnHost:
 
 
 def _upload(conn, pool, name: str, src: Path, uid: int, gid: int, sent: list[str]) -> str:
-    """`src` as the volume `name` (replaced when cut off or of another size; then its name goes to
+    """`src` as the volume `name` (sent again when cut off or another file's: then its name goes to
     `sent`); its path on the host."""
-    import libvirt
-
     size = src.stat().st_size
     with open(src, "rb") as f:
         head = f.read(HEAD)
-    try:
-        vol = pool.storageVolLookupByName(name)
-        # (not its size: libvirt's refresh reports a qcow2 file's virtual size as the volume's capacity)
-        if volstream.read(conn, vol, len(head)) == head:
-            return vol.path()
-        vol.delete(0)
-    except libvirt.libvirtError:
-        pass
-    vol = pool.createXML(f"<volume><name>{name}</name><capacity unit='bytes'>{size}</capacity>"
-                         f"<target><format type='raw'/><permissions><mode>0644</mode><owner>{uid}</owner>"
-                         f"<group>{gid}</group></permissions></target></volume>", 0)
+    # (not its size: libvirt's refresh reports a qcow2 file's virtual size as the volume's capacity)
+    vol, new = volstream.kept_or_new(pool, name, size, (uid, gid), 0o644,
+                                     lambda v: volstream.read(conn, v, len(head)) == head)
+    if not new:
+        return vol.path()
     with open(src, "rb") as f:
         f.seek(len(head))
         volstream.send_file(conn, vol, len(head), size - len(head), f)  # the rest first,

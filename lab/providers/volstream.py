@@ -3,9 +3,29 @@ and reads files of a host it reaches only through libvirt (the munge key, the te
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import BinaryIO
 
 CHUNK = 1 << 20
+
+
+def kept_or_new(pool, name: str, size: int, owner: tuple[int, int], mode: int, holds: Callable[[object], bool]):
+    """The pool's volume `name` when `holds(vol)` says it has the right bytes already, else a new raw
+    volume of `size` bytes owned by `owner` (uid, gid) with `mode` (one of that name deleted first):
+    (the volume, whether it is new and must be written)."""
+    import libvirt
+
+    try:
+        vol = pool.storageVolLookupByName(name)
+        if holds(vol):
+            return vol, False
+        vol.delete(0)
+    except libvirt.libvirtError:
+        pass
+    vol = pool.createXML(f"<volume><name>{name}</name><capacity unit='bytes'>{size}</capacity>"
+                         f"<target><format type='raw'/><permissions><mode>{mode:04o}</mode><owner>{owner[0]}</owner>"
+                         f"<group>{owner[1]}</group></permissions></target></volume>", 0)
+    return vol, True
 
 
 def read(conn, vol, length: int, offset: int = 0) -> bytes:
