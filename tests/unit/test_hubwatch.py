@@ -47,11 +47,12 @@ def test_a_hub_that_stops_answering_is_shown_on_its_login_node_and_cleared_when_
         await lab.run_until(lambda: bool(asked))
         assert asked[-1] == [LOGIN] and lab.node(LOGIN).message == ""
         answers["why"] = "no answer on port 8000"
-        t0 = lab.clock()
+        n0 = len(asked)
         await lab.run_until(lambda: lab.node(LOGIN).message.startswith(MESSAGE))
-        # asked every HUB_PERIOD_S, the answer shown a pass later; the ask runs in a thread, so the virtual
-        # clock may move on while it does (a full suite's threads): within two periods
-        assert lab.clock() - t0 <= 2 * HUB_PERIOD_S + 3
+        # the first ask after the hub stopped answering is shown a pass later: at most the ask under way and
+        # the next one. (Not the virtual time it took: the ask runs in a thread, and the virtual clock moves
+        # on while a loaded machine runs it: 104 s once in CI, against 2 periods of 30 s.)
+        assert 1 <= len(asked) - n0 <= 2, asked[n0:]
         assert lab.node(LOGIN).message == f"{MESSAGE}: no answer on port 8000"
         await lab.ticks(int(2 * HUB_PERIOD_S))  # asked again, still down: one event, not one per poll
         ev = [e.description for e in lab.st.events("demo") if "JupyterHub" in e.description]
