@@ -186,8 +186,9 @@ def local_keys() -> set[str]:
 class PoolStore:
     """What a fork makes on a host that is not this machine: volumes of its pool (fork.fork's `store`)."""
 
-    def __init__(self, conn, pool_name: str, on_host: OnHost) -> None:
-        self.conn, self.pool_name, self.on_host = conn, pool_name, on_host
+    def __init__(self, conn, pool_name: str, on_host: OnHost, template: templates.Template) -> None:
+        """`template`: the local template whose files `on_host` are (the same bytes: ensure)."""
+        self.conn, self.pool_name, self.on_host, self.template = conn, pool_name, on_host, template
 
     def _pool(self):
         return self.conn.storagePoolLookupByName(self.pool_name)
@@ -208,8 +209,8 @@ class PoolStore:
         src = self.conn.storageVolLookupByPath(self.on_host.memory)
         vol = self._pool().createXMLFrom(f"<volume><name>{name}-fork.save</name><capacity unit='bytes'>"
                                          f"{src.info()[1]}</capacity><target><format type='raw'/></target></volume>", src, 0)
-        head = savefile.with_xml(volstream.read(self.conn, src, savefile.HEADER_SIZE + _data_len(self.conn, src)), xml)
-        volstream.send(self.conn, vol, 0, head)
+        # the header read here: the host's copy holds the same bytes (ensure), no download needed
+        volstream.send(self.conn, vol, 0, savefile.with_xml(savefile.head(self.template.memory), xml))
         return vol.path()
 
     def state_disk(self, name: str, size: str) -> str:
@@ -241,15 +242,6 @@ class PoolStore:
             self._pool().storageVolLookupByName(name).delete(0)
         except libvirt.libvirtError:
             pass
-
-
-def _data_len(conn, vol) -> int:
-    import struct
-
-    head = volstream.read(conn, vol, savefile.HEADER_SIZE)
-    if head[:16] != savefile.MAGIC:
-        raise savefile.SaveFormatError(f"{vol.name()} is not a complete libvirt save image")
-    return struct.unpack_from("<I", head, 20)[0]
 
 
 def _bytes(size: str) -> int:

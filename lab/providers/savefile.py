@@ -88,9 +88,14 @@ def _head(f) -> bytes:
     return head
 
 
-def read(path: Path) -> SaveImage:
+def head(path: Path) -> bytes:
+    """The header and data area of the save image at `path` (what `with_xml` rewrites)."""
     with open(path, "rb") as f:
-        return parse(_head(f))
+        return _head(f)
+
+
+def read(path: Path) -> SaveImage:
+    return parse(head(path))
 
 
 def with_xml(head: bytes, xml: str) -> bytes:

@@ -206,7 +206,7 @@ class WarmStart:
         try:
             if (theirs := driver_of(host, conn)) != (ours := kvm.detect().driver):
                 raise fork.ForkError(f"the templates are {ours} domains and host {host.name} runs {theirs} ones")
-            store = hosttemplates.PoolStore(conn, host.pool, hosttemplates.ensure(host, conn, tpl))
+            store = hosttemplates.PoolStore(conn, host.pool, hosttemplates.ensure(host, conn, tpl), tpl)
             uploaded = time.monotonic() - t0
             made_state = machine.state_disk is not None and not _state_disk_exists(cluster, machine.state_disk)
             try:

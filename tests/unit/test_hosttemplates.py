@@ -190,7 +190,7 @@ def test_an_upload_cut_off_is_sent_again_and_its_first_bytes_go_last(fake, tmp_p
 
 def test_a_fork_on_the_host_makes_volumes_only(fake, tmp_path):
     t = template(tmp_path)
-    store = hosttemplates.PoolStore(fake, "slurmlab", hosttemplates.ensure(Host(), fake, t))
+    store = hosttemplates.PoolStore(fake, "slurmlab", hosttemplates.ensure(Host(), fake, t), t)
     overlay = store.overlay("demo-compute-1")
     assert Path(overlay).parent == fake.pool.folder and backing(overlay) == store.on_host.disk
     new = XML.replace("slurmlab-template-x", "demo-compute-1")
@@ -224,7 +224,7 @@ def test_a_role_templates_chain_and_state_go_up_rebased(fake, tmp_path):
     assert backing(on.disk) == str(host / f"slurmlab_tpl_{plain.key}_disk.qcow2")
     assert backing(str(host / f"slurmlab_tpl_{plain.key}_disk.qcow2")) == str(host / f"slurmlab_tpl_{plain.key}_base.img")
     assert on.state == str(host / f"slurmlab_tpl_{d.name}_state.qcow2")
-    state = hosttemplates.PoolStore(fake, "slurmlab", on).state_disk("demo-state-1.qcow2", "8G")
+    state = hosttemplates.PoolStore(fake, "slurmlab", on, RoleTemplate(d.name, d, "Controller")).state_disk("demo-state-1.qcow2", "8G")
     assert Path(state).read_bytes() == (d / "state.qcow2").read_bytes()  # the role template's, formatted and filled
 
 
