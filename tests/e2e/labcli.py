@@ -26,6 +26,20 @@ def sl(*args, check=True, timeout=2400) -> subprocess.CompletedProcess:
     return p
 
 
+def sl_json(*args) -> dict:
+    """`slurmlab ARGS --output json` run in this process through the same Typer app (typer's CliRunner):
+    the command's code and output without a Python start, which costs 0.4-0.5 s of CPU; the tests poll
+    describe-cluster and list-cluster-nodes hundreds of times a run (issue 43). `sl` runs the command
+    itself, as a user does."""
+    from typer.testing import CliRunner
+
+    from lab.cli import app
+
+    r = CliRunner().invoke(app, [*args, "--output", "json"], catch_exceptions=False)
+    assert r.exit_code == 0, f"slurmlab {' '.join(args)} exited {r.exit_code}\n{r.output[-3000:]}"
+    return json.loads(r.stdout)
+
+
 def wait(cond, timeout: float, what: str, every: float = 5.0):
     deadline = time.monotonic() + timeout
     while not (got := cond()):
@@ -41,7 +55,7 @@ def keep(name: str, p: subprocess.CompletedProcess) -> None:
 
 
 def events_of(cluster: str) -> list[str]:
-    return [e["Description"] for e in json.loads(sl("list-cluster-events", cluster, "--output", "json").stdout)["Events"]]
+    return [e["Description"] for e in sl_json("list-cluster-events", cluster)["Events"]]
 
 
 class Cluster:
@@ -51,10 +65,10 @@ class Cluster:
         self.name = name
 
     def describe(self) -> dict:
-        return json.loads(sl("describe-cluster", self.name, "--output", "json").stdout)
+        return sl_json("describe-cluster", self.name)
 
     def nodes(self) -> dict[str, dict]:
-        data = json.loads(sl("list-cluster-nodes", self.name, "--output", "json").stdout)
+        data = sl_json("list-cluster-nodes", self.name)
         return {n["NodeLogicalId"]: n for n in data["ClusterNodeSummaries"]}
 
     def on(self, node: str, command: str) -> str:

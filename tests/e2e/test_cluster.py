@@ -41,7 +41,7 @@ from lab.host import libvirtd
 from lab.osutil import live_processes
 from lab.providers import network
 from tests.e2e.homes import close_home
-from tests.e2e.labcli import REPO, Cluster, sl
+from tests.e2e.labcli import REPO, Cluster, sl, sl_json
 from tests.e2e.labcli import keep as _keep
 from tests.e2e.labcli import wait as _wait
 
@@ -327,7 +327,7 @@ def test_verify_names_a_stopped_slurmd(tmp_path):
 
 
 def _operation(op: str) -> dict:
-    return json.loads(sl("describe-cluster-operation", NAME, op, "--output", "json").stdout)
+    return sl_json("describe-cluster-operation", NAME, op)
 
 
 def test_health_check_finds_the_stopped_slurmd_and_brings_the_node_back():
@@ -374,12 +374,11 @@ def test_health_check_finds_the_stopped_slurmd_and_brings_the_node_back():
 
 
 def _event_ids() -> set[str]:
-    return {e["EventId"] for e in json.loads(sl("list-cluster-events", NAME, "--output", "json").stdout)["Events"]}
+    return {e["EventId"] for e in sl_json("list-cluster-events", NAME)["Events"]}
 
 
 def _events_since(seen: set[str]) -> list[dict]:
-    return [e for e in json.loads(sl("list-cluster-events", NAME, "--output", "json").stdout)["Events"]
-            if e["EventId"] not in seen]
+    return [e for e in sl_json("list-cluster-events", NAME)["Events"] if e["EventId"] not in seen]
 
 
 def _marked_and_degraded(node: str) -> bool:
@@ -516,7 +515,7 @@ def _extension(client) -> dict:
 
 
 def _samples() -> list[dict]:
-    data = json.loads(sl("metrics", NAME, "--output", "json").stdout)
+    data = sl_json("metrics", NAME)
     return data["Samples"] if isinstance(data, dict) else data
 
 
