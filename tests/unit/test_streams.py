@@ -3,14 +3,16 @@ and a failure (pytest's 5, no test collected, included) fails the whole run."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-FAKE = """import sys, time
+FAKE = """import os, sys, time
 args = sys.argv[1:]
+print("niceness", os.nice(0))
 junit = next(a.split("=", 1)[1] for a in args if a.startswith("--junitxml="))
 open(junit, "w").write("<testsuites/>")
 time.sleep(float(args[1]))
@@ -47,18 +49,27 @@ def test_a_failing_stream_fails_the_run_and_no_test_collected_is_a_failure(tmp_p
     assert _run(tmp_path, "a=1 0", "b=0 0").returncode == 1
 
 
+def test_a_niced_stream_runs_under_nice_and_a_nice_for_no_stream_is_refused(tmp_path):
+    p = _run(tmp_path, "--nice", "b=7", "a=0 0", "b=0 0")
+    assert p.returncode == 0, p.stdout + p.stderr
+    base = os.nice(0)
+    assert f"[b] niceness {min(base + 7, 19)}" in p.stdout and f"[a] niceness {base}" in p.stdout, p.stdout
+    bad = _run(tmp_path, "--nice", "c=7", "a=0 0")
+    assert bad.returncode == 2 and "--nice names no stream: c" in bad.stderr
+
+
 def test_a_stream_without_a_name_is_refused(tmp_path):
     p = _run(tmp_path, "tests/unit")
     assert p.returncode == 2 and "NAME='pytest arguments'" in p.stderr
 
 
 def test_every_test_module_is_in_exactly_one_stream_of_make_test():
-    """A module left out of both streams would never run in CI, and one in both would run twice at once."""
+    """A module left out of every stream would never run in CI, and one in two would run twice at once."""
     import re
 
     text = (ROOT / "Makefile").read_text().replace("\\\n", " ")
     streams = {m.group(1): m.group(2).split() for m in re.finditer(r"^STREAM_(\w+)\s*=\s*(.*)$", text, re.M)}
-    assert set(streams) == {"CLASS", "REST", "API"}, streams
+    assert set(streams) == {"CLASS", "REST", "UNIT", "API"}, streams
     paths = [p for ps in streams.values() for p in ps]
     assert len(paths) == len(set(paths)), paths
     covered = set()
