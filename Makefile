@@ -40,26 +40,22 @@ e2e: BOX_FOR = --for examples/workshop.yaml
 e2e: box          ## real VMs only
 	$(PYTEST) -v --durations=40 -m e2e tests
 
-# Four pytest streams at once (scripts/streams.py, issue 43): the class cluster's module; the other clusters'
-# modules; the unit tests at nice 19 (they take the CPU the VMs' streams leave idle instead of slowing the
-# e2e streams that the run waits for: ADR 0028); the API tests on the sim provider (no VM, at nice 0:
-# their HTTP waits are bounded in seconds). The class's tests that run alone come last in its stream and
-# wait for the other e2e stream to end (not for unit and api: they hold no VM): its length plus theirs is
-# the run's, so that stream must not be the longer. Every test
-# module is in exactly one stream (tests/unit/test_streams.py checks it).
+# Three pytest streams at once (scripts/streams.py, issue 43): the class cluster's module (the legacy
+# rollback's short cluster first); the other clusters' modules after the unit tests; the API tests on the
+# sim provider (no VM: they mostly wait on their engines, 200 s that the other clusters need not wait
+# for). The class's tests that run alone come last in its stream and wait for the other e2e stream to
+# end: its length plus theirs is the run's, so that stream must not be the longer. Every test module is
+# in exactly one stream (tests/unit/test_streams.py checks it).
 STREAM_CLASS = tests/e2e/test_cluster.py
-STREAM_REST  = tests/e2e/test_updates.py tests/e2e/test_hyperpod.py tests/e2e/test_host.py tests/e2e/test_legacy_rollback.py
-STREAM_UNIT  = tests/unit
+STREAM_REST  = tests/unit tests/e2e/test_updates.py tests/e2e/test_hyperpod.py tests/e2e/test_host.py tests/e2e/test_legacy_rollback.py
 STREAM_API   = tests/api
 
 test: BOX_FOR = --for examples/workshop.yaml  # the e2e clusters' shapes: their templates before the tests
 test: box lint    ## every test: lint + unit + real VMs
 	mkdir -p artifacts && rm -f artifacts/test-vm-cpu.jsonl
 	$(PYTHON) scripts/streams.py $(PYTEST) --junit-dir artifacts $(if $(CI_PHASES),--phases $(CI_PHASES)) \
-	  --nice unit=19 \
 	  class="-v --durations=20 -p no:cacheprovider $(STREAM_CLASS)" \
 	  rest="-v --durations=20 -p no:cacheprovider $(STREAM_REST)" \
-	  unit="-v --durations=20 -p no:cacheprovider $(STREAM_UNIT)" \
 	  api="-v --durations=20 -p no:cacheprovider $(STREAM_API)"
 
 clean:

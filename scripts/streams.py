@@ -1,12 +1,11 @@
 """Run pytest in parallel streams, each in its own process: `make test`'s way to fit CI's time (issue 43).
 
-    python scripts/streams.py PYTEST --junit-dir artifacts [--phases FILE] [--nice NAME=N ...] NAME='ARGS' ...
+    python scripts/streams.py PYTEST --junit-dir artifacts [--phases FILE] NAME='ARGS' [NAME='ARGS' ...]
 
 Each stream is `PYTEST ARGS --junitxml=<junit-dir>/junit-NAME.xml`, its output lines prefixed with
 `[NAME]`. The class cluster's tests (hours of VM time in one module, one test after the other) run in one
-stream, the other clusters' in another: the VMs of one stream mostly wait on Slurm, boots and timeouts
-while the other's work. A stream with --nice (`nice -n N`) takes the CPU the others leave idle: the tests
-without VMs, whose time no other stream waits for. Exit code: 0 when every stream passed, else the first failing stream's (pytest's 5, no
+stream, everything else in another: the VMs of one stream mostly wait on Slurm, boots and timeouts while
+the other's work. Exit code: 0 when every stream passed, else the first failing stream's (pytest's 5, no
 test collected, is a failure too). With --phases, a line "stream:NAME SECONDS" per stream goes there for
 scripts/ci_times.py. Standard library only.
 """
@@ -38,8 +37,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("pytest", help="the pytest executable")
     ap.add_argument("--junit-dir", type=Path, required=True)
     ap.add_argument("--phases", type=Path, help="append 'stream:NAME SECONDS' lines here")
-    ap.add_argument("--nice", action="append", default=[], metavar="NAME=N",
-                    help="run stream NAME at niceness N (its CPU then goes where the other streams leave the cores idle)")
     ap.add_argument("streams", nargs="+", metavar="NAME='ARGS'")
     args = ap.parse_args(argv)
     streams = []
@@ -48,23 +45,12 @@ def main(argv: list[str] | None = None) -> int:
         if not sep or not name.isidentifier():
             ap.error(f"{s!r}: give each stream as NAME='pytest arguments'")
         streams.append((name, shlex.split(rest)))
-    niceness = {}
-    for n in args.nice:
-        name, sep, value = n.partition("=")
-        if not sep or not value.lstrip("-").isdigit():
-            ap.error(f"--nice {n!r}: give it as NAME=N")
-        niceness[name] = int(value)
-    unknown = set(niceness) - {name for name, _ in streams}
-    if unknown:
-        ap.error(f"--nice names no stream: {', '.join(sorted(unknown))}")
     args.junit_dir.mkdir(parents=True, exist_ok=True)
     lock = threading.Lock()
     ended: dict[str, float] = {}
     running = []
     for name, pargs in streams:
         cmd = [args.pytest, *pargs, f"--junitxml={args.junit_dir / f'junit-{name}.xml'}"]
-        if name in niceness:
-            cmd = ["nice", "-n", str(niceness[name]), *cmd]
         print(f"streams: [{name}] {shlex.join(cmd)}", flush=True)
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 text=True, bufsize=1)

@@ -3,15 +3,13 @@ and a failure (pytest's 5, no test collected, included) fails the whole run."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-FAKE = """import os, sys, time
+FAKE = """import sys, time
 args = sys.argv[1:]
-print("niceness", os.nice(0))
 junit = next(a.split("=", 1)[1] for a in args if a.startswith("--junitxml="))
 open(junit + ".start", "w").write(repr(time.time()))
 open(junit, "w").write("<testsuites/>")
@@ -39,7 +37,7 @@ def test_streams_run_at_once_each_with_its_junit_and_its_wall_time(tmp_path):
     noted = dict(line.split() for line in (tmp_path / "phases").read_text().splitlines())
     assert set(noted) == {"stream:a", "stream:b"}
     assert int(noted["stream:b"]) < int(noted["stream:a"]), f"b's time is its own end, not a's: {noted}"
-    # at once: b ran while a slept (in seconds of the clock, not a bound on them: make test runs this at nice 19)
+    # at once: b ran while a slept (read from the clock, not a bound in seconds: the machine may be busy)
     when = {f"{x}.{e}": float((tmp_path / "out" / f"junit-{x}.xml.{e}").read_text()) for x in "ab" for e in ("start", "end")}
     assert when["b.start"] < when["a.end"] and when["a.start"] < when["b.end"], f"the streams ran one after the other: {when}"
 
@@ -48,15 +46,6 @@ def test_a_failing_stream_fails_the_run_and_no_test_collected_is_a_failure(tmp_p
     p = _run(tmp_path, "a=0 0", "b=5 0")
     assert p.returncode == 5 and "streams: [b] exited 5" in p.stdout
     assert _run(tmp_path, "a=1 0", "b=0 0").returncode == 1
-
-
-def test_a_niced_stream_runs_under_nice_and_a_nice_for_no_stream_is_refused(tmp_path):
-    p = _run(tmp_path, "--nice", "b=7", "a=0 0", "b=0 0")
-    assert p.returncode == 0, p.stdout + p.stderr
-    base = os.nice(0)
-    assert f"[b] niceness {min(base + 7, 19)}" in p.stdout and f"[a] niceness {base}" in p.stdout, p.stdout
-    bad = _run(tmp_path, "--nice", "c=7", "a=0 0")
-    assert bad.returncode == 2 and "--nice names no stream: c" in bad.stderr
 
 
 def test_a_stream_without_a_name_is_refused(tmp_path):
@@ -70,7 +59,7 @@ def test_every_test_module_is_in_exactly_one_stream_of_make_test():
 
     text = (ROOT / "Makefile").read_text().replace("\\\n", " ")
     streams = {m.group(1): m.group(2).split() for m in re.finditer(r"^STREAM_(\w+)\s*=\s*(.*)$", text, re.M)}
-    assert set(streams) == {"CLASS", "REST", "UNIT", "API"}, streams
+    assert set(streams) == {"CLASS", "REST", "API"}, streams
     paths = [p for ps in streams.values() for p in ps]
     assert len(paths) == len(set(paths)), paths
     covered = set()
