@@ -40,14 +40,14 @@ e2e: BOX_FOR = --for examples/workshop.yaml
 e2e: box          ## real VMs only
 	$(PYTEST) -v --durations=40 -m e2e tests
 
-# Three pytest streams at once (scripts/streams.py, issue 43): the class cluster's module (the legacy
-# rollback's short cluster first); the other clusters' modules after the unit tests; the API tests on the
-# sim provider (no VM: they mostly wait on their engines, 200 s that the other clusters need not wait
-# for). The class's tests that run alone come last in its stream and wait for the other e2e stream to
-# end: its length plus theirs is the run's, so that stream must not be the longer. Every test module is
-# in exactly one stream (tests/unit/test_streams.py checks it).
+# Three pytest streams at once (scripts/streams.py, issue 43): the class cluster's module; the other
+# clusters' modules (the short ones first, while the class cluster is made), then the unit tests; the API
+# tests on the sim provider (no VM: they mostly wait on their engines). The class's tests that run alone
+# come last in its stream and wait for the other stream's e2e tests to end; the unit tests run beside
+# them, on the core those leave idle (ADR 0029). Every test module is in exactly one stream
+# (tests/unit/test_streams.py checks it).
 STREAM_CLASS = tests/e2e/test_cluster.py
-STREAM_REST  = tests/unit tests/e2e/test_updates.py tests/e2e/test_hyperpod.py tests/e2e/test_host.py tests/e2e/test_legacy_rollback.py
+STREAM_REST  = tests/e2e/test_host.py tests/e2e/test_legacy_rollback.py tests/e2e/test_updates.py tests/e2e/test_hyperpod.py tests/unit
 STREAM_API   = tests/api
 
 test: BOX_FOR = --for examples/workshop.yaml  # the e2e clusters' shapes: their templates before the tests

@@ -4,9 +4,11 @@ from tests.e2e import lock, vmcpu
 from tests.e2e.labcli import Served
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="package", autouse=True)
 def e2e_session():
-    """This session's share of libvirtd (tests/e2e/lock.py): the fd that a test stopping it makes exclusive."""
+    """This session's share of libvirtd (tests/e2e/lock.py): the fd that a test stopping it makes exclusive.
+    Held while the e2e package's tests run, not to the session's end: a stream's unit tests after them
+    run beside the other stream's tests that must run alone (ADR 0029)."""
     with lock.shared() as fd:
         yield fd
 

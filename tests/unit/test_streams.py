@@ -90,3 +90,34 @@ def test_a_test_that_stops_libvirtd_waits_for_the_other_e2e_session(tmp_path, mo
         with lock.alone(fd, timeout=30) as waited:
             assert other.poll() is not None and waited > 0
     other.wait()
+
+
+def test_the_e2e_lock_is_let_go_when_the_e2e_package_ends_not_the_session(tmp_path):
+    """A stream runs its e2e modules, then the unit tests (the Makefile's STREAM_REST): the other stream's
+    tests that must run alone wait for its e2e tests only (tests/e2e/conftest.py's `e2e_session`, ADR 0029).
+    A real pytest run of a package using that fixture, then a test outside it that takes the lock alone."""
+    lockfile = tmp_path / "e2e.lock"
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "conftest.py").write_text(
+        f"from tests.e2e import lock\nlock.LOCK_FILE = {str(lockfile)!r}\n"
+        "from tests.e2e.conftest import e2e_session  # noqa: F401\n")
+    (tmp_path / "pkg" / "test_vm.py").write_text(
+        "import fcntl, os\n"
+        "def test_holds_its_share(e2e_session):\n"
+        f"    fd = os.open({str(lockfile)!r}, os.O_RDWR)\n"
+        "    try:\n"
+        "        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+        "        raise AssertionError('the share was not held')\n"
+        "    except BlockingIOError:\n"
+        "        pass\n")
+    (tmp_path / "unit").mkdir()
+    (tmp_path / "unit" / "test_after.py").write_text(
+        "import fcntl, os\n"
+        "def test_the_lock_is_free_again():\n"
+        f"    fd = os.open({str(lockfile)!r}, os.O_RDWR)\n"
+        "    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError if the e2e share is still held\n")
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
+                        "pkg", "unit"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                       env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    assert p.returncode == 0 and "2 passed" in p.stdout, p.stdout + p.stderr
