@@ -290,3 +290,12 @@ def test_a_stream_that_takes_nothing_or_a_short_file_fails_instead_of_spinning(f
     del fake.newStream
     with pytest.raises(OSError, match="ended 4 bytes short"):
         volstream.send_file(fake, vol, 0, 8, volstream._Bytes(b"1234"))
+
+
+def test_under_emulation_the_template_is_saved_without_address_randomization():
+    """ADR 0030: under TCG a fork's new processes must map their code where the last one did (its
+    translation is reused); with KVM the kernel's default stays. The warm-up runs either way, last."""
+    qemu, kvm = templates.before_save("qemu"), templates.before_save("kvm")
+    assert qemu[0] == "echo 0 > /proc/sys/kernel/randomize_va_space" and qemu[-1] == templates.WARMUP
+    assert kvm == [templates.WARMUP]
+    assert templates.TEMPLATE_REVISION >= 4  # templates saved before it have randomization on: a new key
