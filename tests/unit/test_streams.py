@@ -3,6 +3,7 @@ and a failure (pytest's 5, no test collected, included) fails the whole run."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -119,5 +120,5 @@ def test_the_e2e_lock_is_let_go_when_the_e2e_package_ends_not_the_session(tmp_pa
         "    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError if the e2e share is still held\n")
     p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
                         "pkg", "unit"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                       env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert p.returncode == 0 and "2 passed" in p.stdout, p.stdout + p.stderr
