@@ -31,9 +31,10 @@ from . import recipe as _recipe
 from . import teardown as _td
 from . import vagrant as _vg
 
+WORKSHOP_FEATURE = _recipe.WORKSHOP_FEATURE
 DEFAULT_BOX = _recipe.box_name()  # slurmlab/trixie-slurm; slurmlab/forky-slurm is the other line
 
-__all__ = ["DEFAULT_BOX", "BoxInfo", "added_inputs", "build", "image_bytes", "inputs_hash", "is_current", "list_boxes", "require"]
+__all__ = ["DEFAULT_BOX", "BoxInfo", "added_inputs", "build", "features", "image_bytes", "inputs_hash", "is_current", "list_boxes", "require"]
 
 
 @dataclass
@@ -73,6 +74,12 @@ def _added_marker(name: str) -> dict | None:
 def added_inputs(name: str) -> str | None:
     """The inputs hash of the complete box `name` in Vagrant (None: not added, or not slurmlab's)."""
     return (_added_marker(name) or {}).get("inputs_hash")
+
+
+def features(name: str = DEFAULT_BOX) -> list[str]:
+    """What the added box `name` can do beyond a plain boot (its slurmlab.json's features: "warm-start",
+    "workshop"); [] when it is not added or not slurmlab's."""
+    return list((_added_marker(name) or {}).get("features") or [])
 
 
 def image_bytes(name: str = DEFAULT_BOX) -> int | None:

@@ -10,6 +10,7 @@ set -eu
 
 R="$1"
 WHEELS="${2:-}"  # a directory of the recipe's wheels (lab/box/image.py downloads them); empty: none
+FILES="${3:-}"   # lab/box/files: installed as they are (their text is part of the inputs hash too)
 [ -d "$R/etc" ] || { echo "customize.sh: $R is not a root filesystem" >&2; exit 2; }
 in_root() { chroot "$R" "$@"; }
 say() { echo "I: slurmlab customize: $*"; }
@@ -471,6 +472,50 @@ if [ -n "$WHEELS" ]; then
   cat > "$R/usr/local/share/jupyter/lab/settings/overrides.json" <<'EOF'
 {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}}
 EOF
+fi
+
+if [ -x "$R/usr/bin/mpicc" ]; then
+  say "workshop: seff, Lmod modulefiles for the compilers and MPI (the default environment needs none)"
+  # mpicc, mpirun and python3's mpi4py work without a module (Debian's alternatives in /usr/bin); the
+  # modules name what is there, set the usual variables, and make srun use PMIx even where a
+  # cluster's MpiDefault is none.
+  install -m 0755 "$FILES/seff" "$R/usr/local/bin/seff"
+  # shellcheck disable=SC2016
+  ver() { in_root dpkg-query -W -f '${Version}' "$1" | sed 's/^[0-9]*://; s/[-+~].*//'; }
+  gcc_v=$(ver gcc-14) mpi_v=$(ver libopenmpi-dev) mpi4py_v=$(ver python3-mpi4py) numpy_v=$(ver python3-numpy)
+  M="$R/etc/lmod/modules"
+  install -d -m 0755 "$M/gcc" "$M/openmpi" "$M/mpi4py"
+  cat > "$M/gcc/$gcc_v.lua" <<EOF
+help([[GCC $gcc_v from Debian: gcc, g++, gfortran. Also on the PATH without this module.]])
+whatis("Name: GCC")
+whatis("Version: $gcc_v")
+family("compiler")
+setenv("CC", "gcc")
+setenv("CXX", "g++")
+setenv("FC", "gfortran")
+setenv("F77", "gfortran")
+EOF
+  cat > "$M/openmpi/$mpi_v.lua" <<EOF
+help([[Open MPI $mpi_v from Debian. Compile with mpicc, mpicxx or mpifort; start ranks with srun
+(Slurm's PMIx: srun --mpi=pmix, which this module makes srun's default). Also on the PATH without it.]])
+whatis("Name: Open MPI")
+whatis("Version: $mpi_v")
+family("mpi")
+depends_on("gcc")
+setenv("MPI_HOME", "/usr/lib/x86_64-linux-gnu/openmpi")
+setenv("MPI_DIR", "/usr/lib/x86_64-linux-gnu/openmpi")
+setenv("SLURM_MPI_TYPE", "pmix")
+EOF
+  cat > "$M/mpi4py/$mpi4py_v.lua" <<EOF
+help([[MPI for Python $mpi4py_v with numpy $numpy_v (Debian): from mpi4py import MPI, under srun.]])
+whatis("Name: mpi4py")
+whatis("Version: $mpi4py_v")
+depends_on("openmpi")
+EOF
+  # Only the modules above: Debian's default path adds Lmod's own Core/lmod and Core/settarg.
+  # (/etc/lmod/.modulespath is read before the packaged conffile /etc/lmod/modulespath.)
+  echo /etc/lmod/modules > "$R/etc/lmod/.modulespath"
+  in_root bash -c '. /etc/profile.d/lmod.sh && module --terse avail' 2>&1 | sed 's/^/I: slurmlab customize: module avail: /'
 fi
 
 say "initramfs: the disk drivers a VM needs, no hardware database (17.8 MB -> ~8 MB)"

@@ -85,6 +85,22 @@ def _wheels(b: _Build) -> Path:
     return d
 
 
+PLACEHOLDER_HOOKS = Path("/usr/share/mmdebstrap/hooks/file-mirror-automount")  # local .debs in --include
+
+
+def _placeholders(b: _Build) -> list[str]:
+    """The empty package that provides the recipe's placeholders (recipe.PLACEHOLDERS), built with
+    dpkg-deb: mmdebstrap's arguments that install it (none without placeholders)."""
+    if not b.recipe.placeholders:
+        return []
+    tree = b.work / "placeholders"
+    (tree / "DEBIAN").mkdir(parents=True)
+    (tree / "DEBIAN/control").write_text(rc.render_placeholder_control(b.recipe.placeholders))
+    deb = b.work / "slurmlab-placeholders_1_all.deb"
+    run(["dpkg-deb", "--root-owner-group", "--build", str(tree), str(deb)], log=b.log)
+    return [f"--include={deb}", f"--hook-dir={PLACEHOLDER_HOOKS}"]
+
+
 def _bootstrap(b: _Build, script: Path, wheels: Path) -> None:
     recipe, say = b.recipe, b.say
     say("mmdebstrap", f"Debian {recipe.suite} {recipe.variant} from {recipe.mirror}")
@@ -104,9 +120,10 @@ def _bootstrap(b: _Build, script: Path, wheels: Path) -> None:
             f"--variant={recipe.variant}",
             f"--architectures={recipe.arch}",
             f"--include={','.join(recipe.packages)}",
+            *_placeholders(b),
             *(f"--dpkgopt={o}" for o in recipe.dpkg_options),
             *(f"--aptopt={o}" for o in recipe.apt_options),
-            f'--customize-hook=sh {script} "$1" {wheels}',
+            f'--customize-hook=sh {script} "$1" {wheels} {rc.FILES_DIR}',
             recipe.suite,
             str(b.rootfs),
             recipe.mirror,

@@ -16,6 +16,7 @@ MBR_BIN = Path("/usr/lib/EXTLINUX/mbr.bin")
 # tool -> Debian package that provides it
 BUILD_TOOLS: dict[str, str] = {
     "mmdebstrap": "mmdebstrap",
+    "dpkg-deb": "dpkg",
     "sfdisk": "fdisk",
     "losetup": "mount",
     "mount": "mount",

@@ -17,6 +17,7 @@ from lab import settings
 
 HERE = Path(__file__).resolve().parent
 CUSTOMIZE_SCRIPT = HERE / "customize.sh"
+FILES_DIR = HERE / "files"
 
 # Bump when builder code (not data below) changes what the image contains.
 RECIPE_REVISION = 2
@@ -75,6 +76,29 @@ PACKAGES: tuple[str, ...] = (
     "python3-pip",
 )
 
+# A workshop's exercises (issue 44, docs/research/workshop-box.md): compilers, Open MPI with the PMIx
+# that Slurm's mpi_pmix plugin uses (slurm-wlm-basic-plugins), MPI for Python with numpy, Lmod
+# (modulefiles from customize.sh), and a ping-pong benchmark (NPopenmpi; mpi4py.bench too). The
+# default line only: forky's Slurm 26.05 has no mpi_pmix, so srun cannot start Open MPI 5 there.
+WORKSHOP_PACKAGES: tuple[str, ...] = (
+    "gcc",
+    "g++",
+    "gfortran",
+    "make",
+    "openmpi-bin",
+    "libopenmpi-dev",
+    "python3-mpi4py",
+    "python3-numpy",
+    "lmod",
+    "netpipe-openmpi",
+)
+
+# Empty packages that stand in for libraries no lab node can use (`slurmlab-placeholders`, made by
+# the builder with dpkg-deb): trixie's libucx0 (linked by Open MPI, never used: Debian's
+# openmpi-mca-params.conf turns UCX off) depends on AMD's ROCm runtime, which drags in LLVM, 233 MiB
+# installed, 82 MiB of the box. Only UCX's ROCm modules link it; DPKG_WORKSHOP leaves them out.
+PLACEHOLDERS: tuple[str, ...] = ("libamdhip64-5 (= 5.7.1-6+deb13u1)", "libhsa-runtime64-1 (= 6.1.2-3)")
+
 # Wheels from PyPI, pinned, for what Debian's trixie lacks (issue 31, docs/research/jupyterhub.md):
 # JupyterLab 4.1+ does not start with trixie's jupyterlab-server 2.25.2, and Debian's jupyterlab
 # package pulls ~880 MiB of JS toolchain; batchspawner (the Slurm spawner) is not in Debian at all.
@@ -93,6 +117,16 @@ DPKG_OPTIONS: tuple[str, ...] = (
     "path-include=/usr/share/doc/*/copyright",
 )
 
+# With the workshop's packages: UCX's ROCm modules (their libraries are placeholders), gcc's LTO
+# dumper (31 MiB, a debugging tool) and the sanitizer runtimes (-fsanitize=; 39 MiB). One pattern per
+# library: dpkg's globs have no braces. -flto and -static still work.
+DPKG_WORKSHOP: tuple[str, ...] = (
+    "path-exclude=/usr/lib/x86_64-linux-gnu/ucx/*rocm*",
+    "path-exclude=/usr/bin/*lto-dump*",
+    *(f"path-exclude=/usr/lib/x86_64-linux-gnu/lib{s}san.so.*" for s in ("a", "t", "hwa", "l", "ub")),
+    *(f"path-exclude=/usr/lib/gcc/x86_64-linux-gnu/*/lib{s}san*" for s in ("a", "t", "hwa", "l", "ub")),
+)
+
 
 @dataclass(frozen=True)
 class Recipe:
@@ -102,9 +136,11 @@ class Recipe:
     # only difference is `login`, which the serial console needs.
     variant: str = "minbase"
     mirror: str = DEFAULT_MIRROR
-    packages: tuple[str, ...] = PACKAGES
+    packages: tuple[str, ...] = PACKAGES + WORKSHOP_PACKAGES
     wheels: tuple[str, ...] = WHEELS
-    dpkg_options: tuple[str, ...] = DPKG_OPTIONS
+    dpkg_options: tuple[str, ...] = DPKG_OPTIONS + DPKG_WORKSHOP
+    # virtual packages an empty `slurmlab-placeholders` package provides (PLACEHOLDERS)
+    placeholders: tuple[str, ...] = PLACEHOLDERS
     disk_gib: int = 8
     partition_offset: int = 1024 * 1024
     mkfs_options: tuple[str, ...] = ("-L", "slurmlab-root")
@@ -151,8 +187,10 @@ def default_recipe(suite: str = DEFAULT_SUITE) -> Recipe:
         return Recipe(mirror=mirror.rstrip("/"))
     # forky carries JupyterLab 4.4 itself (a dependency of its jupyterhub stack): only batchspawner from PyPI.
     # Its kernel pulls dracut by default; customize.sh trims an initramfs-tools initramfs: ask for that one.
+    # No workshop packages there (WORKSHOP_PACKAGES), so no placeholders and no excludes for them.
     return Recipe(mirror=mirror.rstrip("/"), suite=suite, slurm_series=LINES[suite],
                   packages=(*PACKAGES, "initramfs-tools"), apt_options=("Acquire::Check-Valid-Until false",),
+                  dpkg_options=DPKG_OPTIONS, placeholders=(),
                   wheels=tuple(w for w in WHEELS if w.startswith("batchspawner")))
 
 
@@ -166,6 +204,9 @@ def inputs_hash(recipe: Recipe | None = None, script_text: str | None = None) ->
     doc["packages"] = sorted(set(recipe.packages))  # order and duplicates do not change the image
     if not recipe.apt_options:
         del doc["apt_options"]  # the field came after boxes were built: no options, the hash they had
+    if not recipe.placeholders:
+        del doc["placeholders"]  # likewise
+    doc["files"] = {str(p.relative_to(FILES_DIR)): p.read_text() for p in box_files()}
     doc["templates"] = {
         "extlinux.conf": render_extlinux_conf("@KERNEL@", "@INITRD@", "@UUID@", recipe.kernel_args),
         "fstab": render_fstab("@UUID@"),
@@ -175,6 +216,35 @@ def inputs_hash(recipe: Recipe | None = None, script_text: str | None = None) ->
     doc["customize.sh"] = script_text
     blob = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
+
+
+WORKSHOP_FEATURE = "workshop"
+
+
+def has_workshop(recipe: Recipe) -> bool:
+    return set(WORKSHOP_PACKAGES) <= set(recipe.packages)
+
+
+def box_files() -> list[Path]:
+    """The files customize.sh installs as they are (lab/box/files: the seff script, the modulefiles),
+    sorted: part of the inputs hash."""
+    return sorted(p for p in FILES_DIR.rglob("*") if p.is_file())
+
+
+def render_placeholder_control(placeholders: tuple[str, ...]) -> str:
+    """DEBIAN/control of the empty package that provides `placeholders` (see PLACEHOLDERS)."""
+    return (
+        "Package: slurmlab-placeholders\n"
+        "Version: 1\n"
+        "Architecture: all\n"
+        "Maintainer: slurmlab <slurmlab@localhost>\n"
+        f"Provides: {', '.join(placeholders)}\n"
+        "Section: misc\n"
+        "Priority: optional\n"
+        "Description: slurmlab: stands in for libraries a lab node cannot use\n"
+        " Empty. UCX (linked by Open MPI) depends on AMD's ROCm runtime; only UCX's\n"
+        " ROCm modules use it, and the box leaves them out.\n"
+    )
 
 
 def render_extlinux_conf(kernel: str, initrd: str, root_uuid: str, kernel_args: tuple[str, ...]) -> str:
@@ -230,7 +300,9 @@ def render_marker(
         "kernel": kernel,
         # what the box can do beyond a plain boot: "warm-start" = qemu-guest-agent and fork-identity
         # (lab/providers/warm.py forks only boxes that say so)
-        "features": ["warm-start"],
+        # "workshop" = compilers, Open MPI and Slurm's mpi_pmix, Lmod, seff (WORKSHOP_PACKAGES): the
+        # lab sets MpiDefault=pmix for a cluster of such a box (lab/configure/inventory.py)
+        "features": ["warm-start", *([WORKSHOP_FEATURE] if has_workshop(recipe) else [])],
     }
     return json.dumps(doc, indent=2, sort_keys=True) + "\n"
 

@@ -40,7 +40,17 @@ class AnsibleConfigurer(Configurer):
                               users=users.inventory_vars(users.load(cluster.name)),
                               gpus=group_gpus(cluster.spec, [(g.name, g.node_type, g.instance_type) for g in groups]),
                               node_environment=spec.get("NodeEnvironment") or "Lab", arn=cluster.arn,
-                              jupyter=bool(spec.get("Jupyter")))
+                              jupyter=bool(spec.get("Jupyter")), mpi_default=self._mpi_default(cluster, groups, nodes))
+
+    @staticmethod
+    def _mpi_default(cluster: ClusterRow, groups: list[GroupRow], nodes: list[NodeRow]) -> str:
+        """pmix when the controller's box has Open MPI and Slurm's PMIx plugin (its "workshop" feature)."""
+        from lab import box
+
+        ctl = {g.name for g in groups if g.node_type == "Controller"}
+        image = (next((n.image for n in nodes if n.grp in ctl and n.image), None)
+                 or (cluster.spec.get("Lab") or {}).get("Box") or box.DEFAULT_BOX)
+        return "pmix" if box.WORKSHOP_FEATURE in box.features(image) else "none"
 
     def _ssh(self, cluster: str) -> str:
         return self.ssh_executable if isinstance(self.ssh_executable, str) else self.ssh_executable(cluster)

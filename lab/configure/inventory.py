@@ -26,6 +26,9 @@ class ClusterContext:
     node_environment: str = "Lab"  # Lab.NodeEnvironment: Lab | HyperPod (role hyperpod_env)
     arn: str = ""  # the cluster's ARN (HyperPod's resource_config.json carries it)
     jupyter: bool = False  # Lab.Jupyter: JupyterHub on the login nodes (role jupyterhub)
+    # slurm.conf's MpiDefault: "pmix" where the box has Open MPI and Slurm's PMIx plugin (its
+    # "workshop" feature, lab/box/recipe.py), else "none"
+    mpi_default: str = "none"
 
 
 def resource_config(ctx: ClusterContext) -> dict:
@@ -113,6 +116,7 @@ def build(ctx: ClusterContext, joining: list[str] = ()) -> dict:
         "ansible_ssh_executable": ctx.ssh_executable,
         "ansible_python_interpreter": "/usr/bin/python3",
         "slurmlab_cluster_name": ctx.name,
+        "slurmlab_mpi_default": ctx.mpi_default,
         "slurmlab_munge_key_src": str(ctx.munge_key),
         "slurmlab_munge_key_sha256": _sha256_of(ctx.munge_key),
         "slurmlab_controller_name": controller,

@@ -96,7 +96,7 @@ def test_the_hub_serves_the_cluster_s_path_and_lets_in_its_students_by_pam(rende
     assert hub.db_url == "sqlite:////var/lib/jupyterhub/jupyterhub.sqlite" and hub.cleanup_servers is False
     s = c.SlurmSpawner
     assert (s.req_partition, s.req_nprocs, s.req_memory, s.req_runtime) == ("dev", "1", "384M", "60")
-    assert s.req_srun == "srun --overlap" and s.batch_query_cmd.endswith("'%T %r %B'")
+    assert s.req_srun == "srun --overlap --mpi=none" and s.batch_query_cmd.endswith("'%T %r %B'")
     assert c.Spawner.env_keep == ["PATH", "LANG"] and c.Spawner.default_url == "/lab"
 
 
