@@ -474,7 +474,8 @@ if [ -n "$WHEELS" ]; then
 EOF
 fi
 
-if [ -x "$R/usr/bin/mpicc" ]; then
+# (/usr/bin/mpicc is an alternatives link: absolute, it points outside $R)
+if [ -x "$R/usr/bin/mpicc.openmpi" ]; then
   say "workshop: seff, Lmod modulefiles for the compilers and MPI (the default environment needs none)"
   # mpicc, mpirun and python3's mpi4py work without a module (Debian's alternatives in /usr/bin); the
   # modules name what is there, set the usual variables, and make srun use PMIx even where a

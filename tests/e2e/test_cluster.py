@@ -148,6 +148,81 @@ def test_both_compute_nodes_idle_and_srun_covers_them():
     assert "host=" in on("login", "cat /etc/slurmlab-lifecycle-ran")
 
 
+MPI_HELLO = r"""#include <mpi.h>
+#include <stdio.h>
+int main(int argc, char **argv) {
+    int rank, size, len;
+    char host[MPI_MAX_PROCESSOR_NAME];
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Get_processor_name(host, &len);
+    printf("rank %d of %d on %s\n", rank, size, host);
+    MPI_Finalize();
+    return 0;
+}
+"""
+MPI_SUM = """from mpi4py import MPI
+import numpy as np
+comm = MPI.COMM_WORLD
+total = np.zeros(3)
+comm.Allreduce(np.arange(3.0) + comm.rank, total, op=MPI.SUM)
+hosts = comm.gather(MPI.Get_processor_name())
+if comm.rank == 0:
+    print("sum", " ".join(str(int(x)) for x in total), "ranks", comm.size, "nodes", len(set(hosts)))
+"""
+
+
+def _student_file(name: str, text: str) -> None:
+    import base64
+
+    student(f"echo {base64.b64encode(text.encode()).decode()} | base64 -d > {name}")
+
+
+def _ranks(out: str) -> dict[str, int]:
+    """rank lines of the MPI hello -> ranks per host; every rank 0..3 of 4 exactly once."""
+    lines = sorted(line.split() for line in out.splitlines() if line.startswith("rank "))
+    assert [int(w[1]) for w in lines] == [0, 1, 2, 3] and {w[3] for w in lines} == {"4"}, out
+    per: dict[str, int] = {}
+    for w in lines:
+        per[w[5]] = per.get(w[5], 0) + 1
+    return per
+
+
+def test_mpi_in_c_and_python_across_both_compute_nodes():
+    """Issue 44: a student compiles an MPI program and srun starts 4 ranks on the 2 compute nodes (Slurm's
+    PMIx, MpiDefault=pmix: no --mpi flag; an ml.c5.large shows Slurm its 2 vCPUs), and an mpi4py
+    reduction over those ranks is right."""
+    both = {f"{NAME}-compute-1": 2, f"{NAME}-compute-2": 2}
+    assert "pmix" in on("login", "scontrol show config | grep -i '^MpiDefault'")
+    _student_file("hello.c", MPI_HELLO)
+    assert _ranks(student("mpicc -o hello hello.c && srun -p dev -N2 -n4 ./hello")) == both
+    _student_file("sum.py", MPI_SUM)
+    # rank r contributes [r, r+1, r+2]: over ranks 0..3 the sums are 6, 10, 14
+    assert student("srun -p dev -N2 -n4 python3 sum.py").split() == ["sum", "6", "10", "14", "ranks", "4", "nodes", "2"]
+
+
+def test_modules_a_batch_job_and_its_efficiency_report():
+    """Issue 44: `module avail` and `module load` in a login shell; a batch script that loads the MPI
+    module runs its ranks on both nodes; seff reports the finished job."""
+    avail = student("bash -lc 'module -t avail 2>&1'")
+    assert {"gcc/", "openmpi/", "mpi4py/"} <= {line.split("/")[0] + "/" for line in avail.split() if "/" in line}, avail
+    loaded = student("bash -lc 'module load mpi4py && module -t list 2>&1 && echo SLURM_MPI_TYPE=$SLURM_MPI_TYPE'")
+    assert "SLURM_MPI_TYPE=pmix" in loaded and "openmpi/" in loaded and "gcc/" in loaded, loaded
+    script = "#!/bin/bash\n#SBATCH -p dev -N2 -n4 -t 5\nmodule load openmpi\nsrun ./hello\n"
+    _student_file("hello.sbatch", script)
+    # from a login shell, as a student's ssh session is: sbatch carries Lmod's BASH_ENV into the job
+    job = student("bash -lc 'sbatch --parsable hello.sbatch'").strip()
+    assert job.isdigit(), job
+    assert job_state(job)[0] == "COMPLETED", on("login", f"sacct -j {job} -o JobID,State,NodeList,ExitCode")
+    assert _ranks(student(f"cat slurm-{job}.out")) == {f"{NAME}-compute-1": 2, f"{NAME}-compute-2": 2}
+    report = student(f"seff {job}")
+    for line in (f"Job ID: {job}", "State: COMPLETED (exit code 0)", "Nodes: 2", "Cores per node: 2",
+                 "User/Group: user03/user03"):
+        assert line in report, report
+    assert "CPU Efficiency: " in report and "Memory Efficiency: " in report, report
+
+
 def test_every_node_was_forked_and_has_its_own_identity():
     """Issue 25: the e2e cluster is built warm (a node that fell back to a cold boot would pass every
     other test, so the events must say each VM was forked), no two forks share a hostname, MAC,

@@ -105,7 +105,7 @@ def test_inputs_hash_covers_the_box_files(monkeypatch, tmp_path):
 
 def _workshop_block() -> str:
     text = rc.CUSTOMIZE_SCRIPT.read_text()
-    start = text.index('if [ -x "$R/usr/bin/mpicc" ]; then')
+    start = text.index('if [ -x "$R/usr/bin/mpicc.openmpi" ]; then')
     return text[start: text.index("\nfi\n", start) + 4]
 
 
@@ -113,8 +113,9 @@ def test_customize_writes_seff_and_modulefiles_named_by_versions(tmp_path):
     root = tmp_path / "root"
     for d in ("usr/bin", "usr/local/bin", "etc/lmod"):
         (root / d).mkdir(parents=True)
-    (root / "usr/bin/mpicc").write_text("")
-    (root / "usr/bin/mpicc").chmod(0o755)
+    (root / "usr/bin/mpicc.openmpi").write_text("")
+    (root / "usr/bin/mpicc.openmpi").chmod(0o755)
+    (root / "usr/bin/mpicc").symlink_to("/etc/alternatives/mpicc")  # as in the image: dangling from here
     versions = {"gcc-14": "14.2.0-19", "libopenmpi-dev": "5.0.7-1", "python3-mpi4py": "4.0.3-4",
                 "python3-numpy": "1:2.2.4+ds-1"}
     fake = "\n".join(f'    *" {p}") echo -n "{v}" ;;' for p, v in versions.items())
