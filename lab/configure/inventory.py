@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab import users as users_mod
+from lab.spec.catalog import slurm_cpus
 from lab.store.db import GroupRow, NodeRow
 
 CONTROLLER_ALIAS = "slurmlab-controller"  # lab.providers.vagrantfile.CONTROLLER_ALIAS (the hosts credential)
@@ -58,7 +59,7 @@ def slurm_nodes(ctx: ClusterContext, joining: list[str] = ()) -> list[dict]:
     for n in sorted(ctx.nodes, key=lambda n: n.name):
         g = types.get(n.grp)
         if g and g.node_type == "Compute" and (n.phase == "running" or n.name in joining):
-            out.append({"name": n.name, "address": n.address, "cpus": g.cpus,
+            out.append({"name": n.name, "address": n.address, "cpus": slurm_cpus(g.cpus),
                         "real_memory": _real_memory(g.memory_mib), "partitions": list(g.partitions),
                         "gpus": ctx.gpus.get(g.name, 0)})
     return out
@@ -97,7 +98,7 @@ def build(ctx: ClusterContext, joining: list[str] = ()) -> dict:
             "slurmlab_node_name": n.name,
             "slurmlab_node_type": g.node_type,
             "slurmlab_group": g.name,
-            "slurmlab_cpus": g.cpus,
+            "slurmlab_cpus": slurm_cpus(g.cpus),
             "slurmlab_real_memory": _real_memory(g.memory_mib),
             "slurmlab_partitions": list(g.partitions),
             "slurmlab_gpus": ctx.gpus.get(g.name, 0),

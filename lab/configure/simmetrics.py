@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 
 from lab.configure.base import Extension
+from lab.spec.catalog import slurm_cpus
 
 SLURM_STATES = ("idle", "allocated", "mixed", "down", "drain", "other")
 
@@ -37,13 +38,14 @@ def sample(cluster: str, groups, nodes, ext: Extension, unhealthy: dict[str, str
         if g is None or g.node_type != "Compute" or n.name not in in_slurm:
             continue
         st = _state(broken.get(n.name), r)
-        if st == "mixed" and g.cpus < 2:
+        c = slurm_cpus(g.cpus)  # what slurm.conf gives the node
+        if st == "mixed" and c < 2:
             st = "allocated"  # Slurm's mixed is some CPUs allocated: a 1-CPU node has none or all
         states[st] += 1
         share = {"allocated": 1.0, "mixed": 0.5}.get(st, 0.0)
-        cpus["total"] += g.cpus
+        cpus["total"] += c
         mem["total"] += g.memory_mib
-        cpus["allocated"] += max(1, g.cpus // 2) if st == "mixed" else int(g.cpus * share)
+        cpus["allocated"] += max(1, c // 2) if st == "mixed" else int(c * share)
         mem["allocated"] += int(g.memory_mib * share * 0.6)
         running = (st == "allocated") + (st == "mixed")
         jobs["running"] += running

@@ -67,6 +67,19 @@ DEFAULTS: dict[str, VmSize] = {
     "ml.trn1.32xlarge": _d(2, 2048),
 }
 
+# Slurm's view of a node (docs/adr/0031): each of the VM's vCPUs is one core of two hardware threads,
+# as an AWS instance's vCPUs are, so Slurm sees twice the VM's vCPUs: an ml.c5.large (2 vCPUs on AWS,
+# 1 in the lab) has CPUs=2 in slurm.conf, and the jobs written for HyperPod (`srun -N2 -n4` on two of
+# them) are placed as there. slurmd runs with SlurmdParameters=config_overrides: it takes slurm.conf's
+# count over the VM's; the tasks share the VM's vCPUs.
+SLURM_CPUS_PER_VCPU = 2
+
+
+def slurm_cpus(vcpus: int) -> int:
+    """The CPUs slurm.conf gives a node whose VM has `vcpus` (SLURM_CPUS_PER_VCPU)."""
+    return vcpus * SLURM_CPUS_PER_VCPU
+
+
 # The rule, by the size suffix (the part after the last dot).
 RULE: tuple[tuple[str, VmSize], ...] = (
     ("medium, large (and smaller)", VmSize(1, 768, "rule")),

@@ -18,7 +18,9 @@ of every node and of the scale-out's late joiner, Degraded naming a node whose e
 the console's charts drawn in Chromium; DeleteClusterExtension leaves no part on any node. Issue 31:
 a student in JupyterLab in headless Chromium through `slurmlab open` (the notebook is their Slurm job,
 a cell's srun runs inside it), and a hub that stops answering shown on the login node and cleared. Issue 44:
-the hub and its proxy start again with the login node's CPU busy, and neither restarts.
+the hub and its proxy start again with the login node's CPU busy, and neither restarts; a student compiles
+an MPI program and srun runs 4 ranks on the 2 compute nodes (in C, and an mpi4py reduction), the ping-pong
+between them, `module load` in a login shell and in a batch job, and seff's report of that job.
 
 Software updates, auto-patch, checkpoints, the role templates' equivalence and the second host run on
 clusters of their own in the other stream (tests/e2e/test_updates.py; `make test` runs both at once).
@@ -200,6 +202,13 @@ def test_mpi_in_c_and_python_across_both_compute_nodes():
     _student_file("sum.py", MPI_SUM)
     # rank r contributes [r, r+1, r+2]: over ranks 0..3 the sums are 6, 10, 14
     assert student("srun -p dev -N2 -n4 python3 sum.py").split() == ["sum", "6", "10", "14", "ranks", "4", "nodes", "2"]
+    # the ping-pong between the two VMs: a row per message size, 1 B to 1 MiB (docs/workshop.md has the figures)
+    pp = student("srun -p dev -N2 -n2 python3 -m mpi4py.bench pingpong -n 1048576 -l 20")
+    (REPO / "artifacts").mkdir(exist_ok=True)
+    (REPO / "artifacts" / "mpi-pingpong.txt").write_text(pp)
+    rows = [line.split() for line in pp.splitlines() if line.strip() and not line.startswith("#")]
+    assert [int(r[0]) for r in rows] == [1 << i for i in range(21)], pp
+    assert all(float(r[1]) > 0 for r in rows[10:]) and all(float(r[3]) > 0 for r in rows), pp
 
 
 def test_modules_a_batch_job_and_its_efficiency_report():

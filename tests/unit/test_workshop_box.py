@@ -218,3 +218,28 @@ def test_inventory_carries_mpi_default():
     ctx = inventory.ClusterContext(name="c", groups=[], nodes=[], ssh_key=Path("/k"), munge_key=Path("/m"),
                                    ssh_executable="ssh", mpi_default="pmix")
     assert inventory.build(ctx)["all"]["vars"]["slurmlab_mpi_default"] == "pmix"
+
+
+# ------------------------------------------------------------------ Slurm's CPUs (docs/adr/0031)
+
+
+def test_slurm_sees_two_cpus_per_vcpu_as_aws_counts_them():
+    from lab.spec import catalog
+
+    # ml.c5.large: 2 vCPUs on AWS, a 1-vCPU VM here, CPUs=2 in slurm.conf; ml.c5.xlarge: 4, 2, 4
+    assert catalog.slurm_cpus(catalog.DEFAULTS["ml.c5.large"].vcpus) == 2
+    assert catalog.slurm_cpus(catalog.DEFAULTS["ml.c5.xlarge"].vcpus) == 4
+    g = GroupRow("demo", "compute", "ml.c5.large", "Compute", 2, ["dev"], 1, 768, "InService")
+    n = NodeRow(cluster="demo", name="demo-compute-1", grp="compute", ordinal=1, instance_id="i-1",
+                address="10.0.0.3", mac="m", phase="running")
+    ctx = inventory.ClusterContext(name="demo", groups=[g], nodes=[n], ssh_key=Path("/k"), munge_key=Path("/m"),
+                                   ssh_executable="ssh")
+    assert [x["cpus"] for x in inventory.slurm_nodes(ctx)] == [2]
+    assert inventory.build(ctx)["all"]["children"]["slurm_compute"]["hosts"]["demo-compute-1"]["slurmlab_cpus"] == 2
+
+
+def test_slurmd_takes_slurm_conf_s_cpus_over_the_vms():
+    import yaml
+
+    defaults = yaml.safe_load((Path(rc.HERE).parents[1] / "roles/slurm_controller/defaults/main.yml").read_text())
+    assert defaults["slurm_controller_config_defaults"]["SlurmdParameters"] == "config_overrides"
