@@ -174,7 +174,12 @@ def test_rolling_update_of_the_controller_while_a_job_runs():
     # runs until the test says the update is over: it is running on compute-1 throughout the update
     job = student(f"sbatch --parsable -p dev -w {first} --wrap 'while [ ! -f update-done ]; do sleep 2; done; echo survived'").strip()
     held = student("sbatch --parsable --hold -p dev --wrap 'cat state-disk-proof'").strip()
-    wait(lambda: on("login", f"squeue -h -j {job} -o %T").strip() == "RUNNING", 120, "the job to run", 2)
+    try:
+        wait(lambda: on("login", f"squeue -h -j {job} -o %T").strip() == "RUNNING", 120, "the job to run", 2)
+    except AssertionError as e:  # why Slurm did not start it (CI once timed out here after a restore)
+        raise AssertionError(f"{e}\n" + on("login", "squeue -o '%i %T %r %N %C %m'; sinfo -N -o '%N %c %m %T %E'; date")
+                             + on("controller", "date; sudo tail -n 40 /var/log/slurm/slurmctld.log || "
+                                                "sudo journalctl -u slurmctld -n 40 --no-pager")) from None
     sl("update-cluster-software", NAME, "--group", "controller", "--image-id", tagged["image_id"])
     assert describe()["ClusterStatus"] == "SystemUpdating"
     wait(lambda: describe()["ClusterStatus"] == "InService", 2400, "the update to end", 5)
