@@ -5,11 +5,11 @@ step, any other failure does not, the restart limit. The real thing runs in e2e
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 from pathlib import Path
 
 import pytest
+
+from tests.unit.scripts import load_script
 
 PATH = Path(__file__).resolve().parents[2] / "roles" / "common" / "files" / "srun-auto-resume"
 
@@ -20,11 +20,7 @@ def exit_():
 
 @pytest.fixture
 def wrapper():
-    loader = importlib.machinery.SourceFileLoader("srun_auto_resume", str(PATH))
-    spec = importlib.util.spec_from_loader("srun_auto_resume", loader)
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
-    return mod
+    return load_script("srun_auto_resume", PATH)
 
 
 @pytest.mark.parametrize("argv,want,rest", [

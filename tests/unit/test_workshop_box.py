@@ -7,8 +7,6 @@ Fast, no root, no network: customize.sh's block runs against a directory, with `
 from __future__ import annotations
 
 import dataclasses
-import importlib.machinery
-import importlib.util
 import json
 import os
 import subprocess
@@ -21,16 +19,13 @@ from lab.box import recipe as rc
 from lab.configure import inventory
 from lab.configure.ansible import AnsibleConfigurer
 from lab.store.db import ClusterRow, GroupRow, NodeRow
+from tests.unit.scripts import load_script
 
 SEFF = rc.FILES_DIR / "seff"
 
 
 def _seff():
-    loader = importlib.machinery.SourceFileLoader("seff", str(SEFF))
-    spec = importlib.util.spec_from_loader("seff", loader)
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
-    return mod
+    return load_script("seff", SEFF)
 
 
 # ------------------------------------------------------------------ recipe
