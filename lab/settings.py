@@ -114,6 +114,10 @@ SIM_BOOT_TIME = Setting("SLURMLAB_SIM_BOOT_TIME", 1.0, "seconds a simulated VM t
 REGION = Setting("SLURMLAB_REGION", "us-east-1", "the region in ARNs of clusters created by unsigned requests "
                  "(serve --region wins)")
 ACCOUNT_ID = Setting("SLURMLAB_ACCOUNT_ID", "000000000000", "the account in ARNs (serve --account-id wins)")
+ROOM_ADDRESS = Setting("SLURMLAB_ROOM_ADDRESS", "0.0.0.0", "the address of this machine the rooms' ssh ports listen "
+                      "on (slurmlab serve, slurmlab room; 0.0.0.0: every address)", _stripped)
+ROOM_FIRST_PORT = Setting("SLURMLAB_ROOM_FIRST_PORT", 2201, "the first port a cluster's room can get (the next free "
+                          "one is kept for the cluster's life)", _positive_int)
 VERIFY_BACKEND = Setting("SLURMLAB_VERIFY_BACKEND", "ansible", "ansible or ssh: how the verify suite runs its "
                          "commands (slurmlab verify sets ssh)", _choice("ansible", "ssh"))
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from lab.api.hubs import Hubs
 from lab.api.model import OPERATIONS, ApiError
 from lab.api.operations import Lab
+from lab.api.rooms import RoomWatch
 from lab.api.server import ApiServer, EngineWatch, ServeLock, make_server
 
 log = logging.getLogger("lab.api")
@@ -25,11 +26,13 @@ DEFAULT_PORT = 8008
 
 def run(host: str = "127.0.0.1", port: int = DEFAULT_PORT, provider: str = "vagrant", capacity_file: str | None = None,
         on_ready: Callable[[ApiServer], None] | None = None,
-        region: str | None = None, account: str | None = None, auth: bool = False) -> None:
+        region: str | None = None, account: str | None = None, auth: bool = False,
+        room_address: str | None = None) -> None:
     """Serve until Ctrl-C or SIGTERM. The state directory is $SLURMLAB_HOME (lab.paths.home()). `region`
     and `account` make the ARNs of clusters created by requests that name no region (unsigned ones).
     `auth`: every request must be signed with a student's key (lab.students), and requests must be
-    signed for `region`; without it only a loopback address may be bound."""
+    signed for `region`; without it only a loopback address may be bound. `room_address`: where the
+    clusters' rooms listen (the students' ssh from their laptops, lab/room); None: no rooms."""
     from lab import capacity, paths
     from lab.api.labctl import apply_capacity
     from lab.engine import daemon
@@ -56,7 +59,7 @@ def run(host: str = "127.0.0.1", port: int = DEFAULT_PORT, provider: str = "vagr
     lock = ServeLock(paths.home())
     lock.acquire()
     server = None
-    watch = None
+    watch = rooms = None
     previous = signal.getsignal(signal.SIGTERM)
     try:
         st = daemon.store()
@@ -74,6 +77,9 @@ def run(host: str = "127.0.0.1", port: int = DEFAULT_PORT, provider: str = "vagr
         daemon.ensure_running()
         watch = EngineWatch(lab)
         watch.start()
+        if room_address is not None:  # the students' ssh way in (lab/room): one port per cluster
+            rooms = RoomWatch(st, room_address)
+            rooms.start()
 
         def _term(signum, frame):  # SIGTERM stops the server like Ctrl-C does
             raise KeyboardInterrupt
@@ -89,6 +95,9 @@ def run(host: str = "127.0.0.1", port: int = DEFAULT_PORT, provider: str = "vagr
         signal.signal(signal.SIGTERM, previous)
         if watch:
             watch.stop.set()
+        if rooms:
+            rooms.stop.set()
+            rooms.join(timeout=10)
         if server:
             server.server_close()
             server.lab.hubs.close()

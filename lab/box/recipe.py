@@ -78,7 +78,7 @@ PACKAGES: tuple[str, ...] = (
 
 # A workshop's exercises (issue 44, docs/research/workshop-box.md): compilers, Open MPI with the PMIx
 # that Slurm's mpi_pmix plugin uses (slurm-wlm-basic-plugins), MPI for Python with numpy, Lmod
-# (modulefiles from customize.sh), and a ping-pong benchmark (NPopenmpi; mpi4py.bench too). The
+# (modulefiles from customize.sh), a ping-pong benchmark (NPopenmpi; mpi4py.bench too), scp and rsync. The
 # default line only: forky's Slurm 26.05 has no mpi_pmix, so srun cannot start Open MPI 5 there.
 WORKSHOP_PACKAGES: tuple[str, ...] = (
     "gcc",
@@ -91,6 +91,9 @@ WORKSHOP_PACKAGES: tuple[str, ...] = (
     "python3-numpy",
     "lmod",
     "netpipe-openmpi",
+    # files in and out through the room's port (lab/room): scp (SFTP since OpenSSH 9) and rsync
+    "openssh-sftp-server",
+    "rsync",
 )
 
 # Empty packages that stand in for libraries no lab node can use (`slurmlab-placeholders`, made by

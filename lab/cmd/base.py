@@ -118,6 +118,10 @@ def print_cluster(d: dict) -> None:
             ("schedule", (g.get("ScheduledUpdateConfig") or {}).get("ScheduleExpression"))) if v)
         out.print(f"  {g['InstanceGroupName']:<14} {g['InstanceType']:<14} {g['CurrentCount']}/{g['TargetCount']}  "
                   f"{g['Status']}{extra}", markup=False)
+    if room := d["Lab"].get("Room"):  # the students' ssh from their laptops (lab/room)
+        from lab.room.ports import describe_line
+
+        out.print(f"  room: {describe_line(d['ClusterName'], room)}", markup=False, highlight=False)
 
 
 def with_accounts(d: dict, name: str) -> dict:

@@ -14,6 +14,8 @@ import os
 import signal
 import sys
 
+from typing import Optional
+
 import typer
 
 from lab.cmd.base import OutputOpt, app, node_named, store, vm_node
@@ -114,3 +116,73 @@ def _serve(f, dial) -> None:
     finally:
         f.close()
         dial.close()
+
+
+@app.command("room")
+def room(
+    name: str = typer.Argument(..., help="cluster name"),
+    address: Optional[str] = typer.Option(None, "--address", help="the address of this machine to listen on (default "
+                                          "$SLURMLAB_ROOM_ADDRESS or 0.0.0.0: every address)"),
+    output: Output = OutputOpt,
+) -> None:
+    """Open the cluster's room until Ctrl-C or the cluster's deletion: its login node's ssh for the students,
+    on the cluster's port of this machine (`slurmlab serve` opens it by itself). Students only: never the
+    admin user; repeated failed logins from one address are slowed; each connection is written to room.log."""
+    import time
+
+    from lab import settings, users
+    from lab.control import clusters
+    from lab.providers import registry
+    from lab.room import door, ports
+    from lab.workspace import ClusterDir
+
+    st = store()
+    c = clusters.get(st, name)
+    if registry.info(c.provider).simulated:
+        raise LabError(f"{name} is a simulated cluster: its login node is not a VM and runs no sshd",
+                       "create the cluster with the default (real VM) provider")
+    acc = users.load(name)
+    if acc is None or not acc.users:
+        raise LabError(f"cluster '{name}' has no student accounts: nobody could log in through its room",
+                       users.no_accounts_fix(name))
+    bind = address or settings.ROOM_ADDRESS.get()
+    keeper = door.Keeper(bind, "slurmlab room", only=name)
+    stop = {"why": ""}
+
+    def _term(*_):
+        stop["why"] = "closed: stopped"
+    signal.signal(signal.SIGTERM, _term)
+    said = None
+    try:
+        while not stop["why"]:
+            want = keeper.sync(st)[name]
+            problem = keeper.problems.get(name)
+            if problem:
+                holder = ports.status(name)
+                raise LabError(f"room of {name}: {problem}" + (f" (open already: {holder['By']})" if holder["Open"] else ""),
+                               "the room is open: nothing to do (stop that process first to open it here)"
+                               if holder["Open"] else f"free port {holder['Port']} (ss -ltnp 'sport = :{holder['Port']}' "
+                               "shows what holds it), or listen on another --address")
+            if want.why == "deleted":
+                stop["why"] = f"closed: cluster {name} was deleted"
+                break
+            now = "open" if want.address else f"waiting: {want.why}"
+            if now != said:
+                said = now
+                st_ = ports.status(name)
+                if output == Output.json:
+                    print_json({"ClusterName": name, "Room": st_, "State": now})
+                elif want.address:
+                    out.print(f"room of {name} open on {bind}:{st_['Port']} -> its login node's ssh (Ctrl-C closes it)\n"
+                              f"  students: {st_['Ssh']}  (the password of `slurmlab users show {name}`)\n"
+                              f"  connections: {ClusterDir(name).root / 'room.log'}", markup=False, highlight=False)
+                else:
+                    out.print(f"room of {name}: {now}", markup=False, highlight=False)
+                sys.stdout.flush()
+            time.sleep(2)
+    except KeyboardInterrupt:
+        stop["why"] = "closed: stopped"
+    finally:
+        keeper.close()
+    if output != Output.json:
+        out.print(f"room of {name} {stop['why'] or 'closed'}", markup=False, highlight=False)

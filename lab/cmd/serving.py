@@ -66,6 +66,10 @@ def serve(
                                          "$SLURMLAB_REGION or us-east-1)"),
     account_id: Optional[str] = typer.Option(None, "--account-id", help="the account in the ARNs (12 digits; default "
                                              "$SLURMLAB_ACCOUNT_ID or 000000000000)"),
+    rooms: bool = typer.Option(True, "--rooms/--no-rooms", help="open each cluster's room: its login node's ssh for the "
+                               "students on a port of this machine (slurmlab describe-cluster shows it)"),
+    room_address: Optional[str] = typer.Option(None, "--room-address", help="the address the rooms listen on (default "
+                                               "$SLURMLAB_ROOM_ADDRESS or 0.0.0.0: every address of this machine)"),
     auth: bool = typer.Option(False, "--auth", help="check SigV4 signatures against the students' keys (slurmlab "
                               "students add): each student sees only their own clusters, within a quota"),
 ) -> None:
@@ -79,9 +83,15 @@ def serve(
     if log_requests:
         logging.getLogger("lab.api").setLevel(logging.INFO)
 
+    room_at = (room_address or settings.ROOM_ADDRESS.get()) if rooms and provider != "sim" else None
+
     def ready(server) -> None:
         url = server.url
         err.print(f"slurmlab serve: SageMaker API on {url}  (provider {provider}, state {paths.home()})", markup=False, highlight=False)
+        if room_at is not None:
+            err.print(f"  rooms:    students ssh -p PORT STUDENT@<this machine> on {room_at}, one port per cluster from "
+                      f"{settings.ROOM_FIRST_PORT.get()} (slurmlab describe-cluster NAME shows it; --no-rooms: none)",
+                      markup=False, highlight=False)
         if auth:
             _auth_banner(server)
             return
@@ -92,7 +102,7 @@ def serve(
         err.print("  Ctrl-C stops the server (the engine keeps building; it stops by itself when idle)", markup=False, highlight=False)
 
     api.run(host=host, port=port, provider=provider, capacity_file=capacity_file,
-            on_ready=ready, region=region, account=account_id, auth=auth)
+            on_ready=ready, region=region, account=account_id, auth=auth, room_address=room_at)
     err.print("slurmlab serve: stopped", markup=False, highlight=False)
 
 

@@ -17,6 +17,13 @@ def _accounts_data(name: str, acc) -> dict:
             "Users": [{"Name": u.name, "Uid": u.uid} for u in acc.users], "Removed": list(acc.removed)}
 
 
+def _room(name: str) -> dict | None:
+    """The cluster's room (lab/room), as describe-cluster shows it."""
+    from lab.control import views
+
+    return views.room_of(store().cluster(name))
+
+
 @users_app.command("show")
 def users_show(name: str, output: Output = OutputOpt) -> None:
     """The cluster's student accounts, their shared password and Slurm account."""
@@ -28,8 +35,9 @@ def users_show(name: str, output: Output = OutputOpt) -> None:
     acc = users.load(name)
     if acc is None:
         raise NotFound(f"cluster '{name}' has no student accounts", users.no_accounts_fix(name))
+    room = _room(name)
     if output == Output.json:
-        print_json(_accounts_data(name, acc))
+        print_json(_accounts_data(name, acc) | ({"Room": room} if room else {}))
         return
     out.print(f"{name}: {len(acc.users)} student account{'s' if len(acc.users) != 1 else ''}", markup=False)
     out.print(f"  users:    {users.name_range(acc.names) or '(none)'}", markup=False)
@@ -42,6 +50,10 @@ def users_show(name: str, output: Output = OutputOpt) -> None:
         out.print(f"  uids:     {', '.join(f'{u.name}={u.uid}' for u in acc.users)} (gid = uid)", markup=False)
     if acc.removed:
         out.print(f"  removed:  {', '.join(acc.removed)}", markup=False)
+    if room:
+        from lab.room.ports import describe_line
+
+        out.print(f"  room:     {describe_line(name, room)}", markup=False, highlight=False)
 
 
 def _users_change(verb: str, name: str, names: list[str], output: Output) -> None:

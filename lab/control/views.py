@@ -56,6 +56,21 @@ def engine_note(seen_at: float | None, status: str, now: float | None = None) ->
             "watched or recovered. Fix: slurmlab engine start (slurmlab engine status, engine.log)")
 
 
+def room_of(c: ClusterRow) -> dict | None:
+    """Lab.Room: the students' ssh port of a real cluster with student accounts (lab/room)."""
+    from lab import users
+    from lab.errors import LabError
+    from lab.room import ports
+
+    if registry.info(c.provider).simulated:
+        return None
+    try:
+        acc = users.load(c.name)
+    except LabError:
+        return None
+    return ports.status(c.name) if acc is not None and acc.users else None
+
+
 def describe(st: Store, name: str) -> dict:
     c, groups_rows, nodes = st.snapshot(name)
     if c is None:
@@ -110,6 +125,8 @@ def describe(st: Store, name: str) -> dict:
                   "InServiceTime": iso(c.in_service_at), "FullSizeTime": iso(c.full_size_at)}
     if c.host:
         out["Lab"]["Host"] = c.host
+    if (room := room_of(c)) is not None:
+        out["Lab"]["Room"] = room
     if seen_at is not None:
         out["Lab"]["EngineSeenAt"] = iso(float(seen_at))
     if stale:
