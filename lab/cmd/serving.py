@@ -83,7 +83,10 @@ def serve(
     if log_requests:
         logging.getLogger("lab.api").setLevel(logging.INFO)
 
-    room_at = (room_address or settings.ROOM_ADDRESS.get()) if rooms and provider != "sim" else None
+    from lab.providers import registry
+
+    # rooms only where VMs can be: a simulated login node runs no sshd
+    room_at = (room_address or settings.ROOM_ADDRESS.get()) if rooms and not registry.info(provider).simulated else None
 
     def ready(server) -> None:
         url = server.url

@@ -306,6 +306,73 @@ def test_student_logs_in_with_the_password_on_the_login_node_only(tmp_path):
     assert p.returncode != 0 and "Permission denied" in p.stderr, p.stdout + p.stderr
 
 
+ROOM: dict = {}  # the room's port, for the delete test
+
+
+def test_a_student_at_a_laptop_comes_in_through_the_room(served, tmp_path):
+    """Issue 44: serve opens the cluster's room on a port of this machine. From a laptop (a namespace of
+    the test's own): ssh with the shared password, ssh-copy-id of the student's own key, a file in with
+    scp, a job run over ssh, its output out with rsync. The admin user is refused; failed logins are in
+    room.log with the laptop's address, and after three of them its next connection waits."""
+    from tests.e2e.laptop import LAB_SIDE, LAPTOP_SIDE, Laptop
+
+    room = _wait(lambda: (r := describe()["Lab"].get("Room")) and r["Open"] and r, 60, "the room open", 1)
+    port = ROOM["port"] = room["Port"]
+    assert room["By"].startswith("slurmlab serve") and room["Ssh"].startswith(f"ssh -p {port} STUDENT@")
+    assert f"ssh -p {port} " in sl("users", "show", NAME).stdout
+    password = json.loads(sl("users", "show", NAME, "--output", "json").stdout)["Password"]
+
+    def askpass(text: str) -> dict:
+        f = tmp_path / f"askpass-{len(text)}-{abs(hash(text))}"
+        f.write_text(f"#!/bin/sh\necho '{text}'\n")
+        f.chmod(0o700)
+        return {**os.environ, "SSH_ASKPASS": str(f), "SSH_ASKPASS_REQUIRE": "force", "DISPLAY": "none"}
+
+    key = tmp_path / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True, timeout=60)
+    opts = ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
+            "-o", "ConnectTimeout=30"]
+    by_password = [*opts, "-o", "PreferredAuthentications=password", "-o", "PubkeyAuthentication=no",
+                   "-o", "NumberOfPasswordPrompts=1"]
+    by_key = [*opts, "-i", str(key), "-o", "BatchMode=yes", "-o", "PasswordAuthentication=no"]
+    at = f"user05@{LAB_SIDE}"
+    room_log = Path(os.environ["SLURMLAB_HOME"]) / "clusters" / NAME / "room.log"
+    with Laptop(tmp_path / "laptop") as laptop:
+        p = laptop.run(["ssh", "-p", str(port), *by_password, at, "id -un; hostname"], env=askpass(password))
+        assert p.returncode == 0 and p.stdout.split() == ["user05", f"{NAME}-login-1"], p.stdout + p.stderr
+        p = laptop.run(["ssh-copy-id", "-p", str(port), "-i", f"{key}.pub", *opts, at], env=askpass(password))
+        assert p.returncode == 0, p.stdout + p.stderr
+        (tmp_path / "in.txt").write_text("twelve bytes")
+        p = laptop.run(["scp", "-P", str(port), *by_key, str(tmp_path / "in.txt"), f"{at}:in.txt"])
+        assert p.returncode == 0, p.stdout + p.stderr
+        p = laptop.run(["ssh", "-p", str(port), *by_key, at,
+                        "sbatch --wait --parsable -p dev -o out.txt --wrap 'wc -c < in.txt; hostname'"])
+        assert p.returncode == 0 and p.stdout.strip().isdigit(), p.stdout + p.stderr
+        p = laptop.run(["rsync", "-e", " ".join(["ssh", "-p", str(port), *by_key]), f"{at}:out.txt", str(tmp_path)])
+        assert p.returncode == 0, p.stdout + p.stderr
+        count, host = (tmp_path / "out.txt").read_text().split()
+        assert count == "12" and host.startswith(f"{NAME}-compute-"), (count, host)
+        # never the admin user, not even with the cluster's own key
+        admin_key = Path(os.environ["SLURMLAB_HOME"]) / "clusters" / NAME / "secrets" / "id_ed25519"
+        p = laptop.run(["ssh", "-p", str(port), *opts, "-i", str(admin_key), "-o", "BatchMode=yes",
+                        f"vagrant@{LAB_SIDE}", "true"])
+        assert p.returncode == 255 and "Permission denied" in p.stderr, p.stdout + p.stderr
+        for _ in range(2):
+            p = laptop.run(["ssh", "-p", str(port), *by_password, at, "true"], env=askpass("not-the-password"))
+            assert p.returncode == 255 and "Permission denied" in p.stderr, p.stdout + p.stderr
+        _wait(lambda: "(3 in 10 min)" in room_log.read_text(), 30, "the third failure in room.log", 1)
+        p = laptop.run(["ssh", "-p", str(port), *by_key, at, "true"])  # waits 1 s, then gets in
+        assert p.returncode == 0, p.stdout + p.stderr
+    log = room_log.read_text()
+    (REPO / "artifacts").mkdir(exist_ok=True)
+    (REPO / "artifacts" / "room.log").write_text(log)
+    for line in (f"{LAPTOP_SIDE} user05 logged in (password)", f"{LAPTOP_SIDE} user05 logged in (publickey)",
+                 f"{LAPTOP_SIDE} refused: Failed password for user05 (3 in 10 min)",
+                 f"{LAPTOP_SIDE} waits 1 s: 3 failed logins in 10 min"):
+        assert line in log, log
+    assert any(f"{LAPTOP_SIDE} refused: " in ln and "user vagrant" in ln for ln in log.splitlines()), log
+
+
 def test_gpu_jobs_see_their_gpus():
     out = student("srun -p gpu --gres=gpu:1 sh -c 'echo CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES'")
     assert out.strip() == "CUDA_VISIBLE_DEVICES=0", out
@@ -855,3 +922,13 @@ def test_delete_leaves_nothing_in_libvirt():
 
     assert not (paths.libvirt_dir() / "checkpoints" / NAME).exists()  # its checkpoints went too
     assert not (Path(os.environ["SLURMLAB_HOME"]) / "clusters" / NAME).exists()
+    if ROOM.get("port"):  # serve closed the room with the cluster
+        import socket
+
+        def closed() -> bool:
+            try:
+                socket.create_connection(("127.0.0.1", ROOM["port"]), timeout=5).close()
+            except ConnectionRefusedError:
+                return True
+            return False
+        _wait(closed, 30, "the room's port closed", 1)
