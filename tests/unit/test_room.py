@@ -247,3 +247,24 @@ def test_the_node_side_and_the_lab_side_agree_on_the_room_s_port():
 
     defaults = yaml.safe_load((REPO_ROOT / "roles" / "users" / "defaults" / "main.yml").read_text())
     assert defaults["users_room_port"] == ports.NODE_PORT
+
+
+def test_a_room_where_a_real_cluster_has_students_and_a_running_login_node(home):
+    """door.wanted, and describe's Lab.Room (views.room_of): none for a simulated cluster, none without
+    accounts, none before the login node runs."""
+    from lab import users
+    from lab.control import views
+    from lab.spec import LabUsers
+    from tests.unit.test_jupyter_wiring import _rows, _Store
+
+    rows = _rows({})
+    assert door.wanted(_Store(rows), "jh") == door.Wanted(None, "no student accounts")
+    assert views.room_of(rows[0]) is None
+    ClusterDir("jh").create()
+    users.create("jh", LabUsers(Count=2))
+    assert door.wanted(_Store(rows), "jh") == door.Wanted("10.0.0.11")
+    assert views.room_of(rows[0]) == {"Port": 2201, "Open": False, "Ssh": views.room_of(rows[0])["Ssh"]}
+    assert door.wanted(_Store(_rows({}, login_phase="configuring")), "jh").why == "no running login node yet"
+    sim = _rows({}, provider="sim")
+    assert door.wanted(_Store(sim), "jh").why.startswith("simulated") and views.room_of(sim[0]) is None
+    assert door.wanted(_Store(rows), "other") == door.Wanted(None, "deleted")

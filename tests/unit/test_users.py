@@ -369,3 +369,17 @@ def test_list_cluster_nodes_shows_gpus_in_the_cli_only(lab_home, tmp_path):
     assert "2 GPUs (emulated)" in text
     # HyperPod's ListClusterNodes (the API shares clusters.list_nodes) has no lab field
     assert all("Lab" not in n for n in clusters.list_nodes(daemon.store(), "demo"))
+
+
+def test_cli_room_of_a_simulated_or_unknown_cluster_is_refused(lab_home, tmp_path, no_engine):
+    """`slurmlab room`: a simulated login node runs no sshd, and describe shows no room for it; an unknown
+    cluster is named. Nothing is opened or given a port."""
+    res = CliRunner().invoke(app, ["create-cluster", "--spec", str(spec_file(tmp_path)), "--provider", "sim",
+                                   "--users", "2"])
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(app, ["room", "demo"])  # the error as lab.cli's main prints it
+    assert res.exit_code != 0 and "simulated cluster" in res.exception.message, res.output
+    assert "Room" not in json.loads(CliRunner().invoke(app, ["describe-cluster", "demo", "-o", "json"]).output)["Lab"]
+    res = CliRunner().invoke(app, ["room", "nope"])
+    assert res.exit_code != 0 and "nope" in res.exception.message, res.output
+    assert not list((lab_home / "clusters").glob("*/room.json"))
