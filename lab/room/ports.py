@@ -18,7 +18,7 @@ import time
 from filelock import FileLock
 
 from lab import paths, settings
-from lab.osutil import atomic_write
+from lab.osutil import atomic_write, running
 from lab.workspace import ClusterDir
 
 NODE_PORT = 2222  # the login node's sshd port for the room: students only (roles/users/files/sshd.sh)
@@ -85,15 +85,7 @@ def mark_closed(cluster: str) -> None:
 
 
 def _alive(pid) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return isinstance(pid, int) and pid > 0 and running(pid)
 
 
 _addresses: tuple[float, list[str]] = (0.0, [])
