@@ -133,7 +133,7 @@ def test_suite_collects_per_check_and_node(inventory):
         "test_compute_node_state_in_sinfo[c1]", "test_compute_node_in_its_partitions[c2]",
         "test_srun_covers_all_compute_nodes",
         "test_names_resolve[ctl]",
-        "test_ssh_password_login_only_where_wanted[login1]",
+        "test_ssh_password_login_only_where_wanted[login1]", "test_the_room_port_lets_in_the_students_only[login1]",
         "test_nfs_server_exports_shared_folders", "test_shared_folders_mounted[c1]",
         "test_shared_folders_mounted[login1]", "test_shared_home_round_trip",
         "test_student_accounts[c2]", "test_slurmdbd_active_on_controller",
@@ -145,8 +145,8 @@ def test_suite_collects_per_check_and_node(inventory):
     ]:
         assert want in ids, f"{want} not collected:\n{r.stdout}"
     # every check of the suite's modules (test_cluster, test_nodes, test_workshop), per node where it is
-    # one: 53 for this inventory (a split or a move of the suite must not lose one)
-    assert len(ids) == 53, f"{len(ids)} checks collected:\n{r.stdout}"
+    # one: 57 for this inventory (a split or a move of the suite must not lose one)
+    assert len(ids) == 57, f"{len(ids)} checks collected:\n{r.stdout}"
     assert "test_slurmctld_not_on_other_nodes[ctl]" not in ids
     assert "test_slurmd_active_on_compute[ctl]" not in ids
     assert "test_shared_folders_mounted[ctl]" not in ids  # the controller is the NFS server

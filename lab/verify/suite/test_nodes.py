@@ -21,12 +21,32 @@ def test_names_resolve(cluster, node):
     assert not unresolved, f"{node} cannot resolve {unresolved}"
 
 
+def _sshd_config(cluster, node, port: int, user: str) -> list[str]:
+    """sshd's settings for a connection of `user` to `port` (-C: the login node's room port is a Match)."""
+    spec = f"lport={port},user={user},host=verify,addr=127.0.0.1"
+    return cluster.out(node, f"/usr/sbin/sshd -T -C {spec}").lower().splitlines()
+
+
 def test_ssh_password_login_only_where_wanted(cluster, node):
     """Keys only, except on login nodes of a cluster with student accounts (their shared password)."""
     want = "yes" if node in cluster.login and cluster.users() else "no"
-    cfg = cluster.out(node, "/usr/sbin/sshd -T").lower().splitlines()
+    cfg = _sshd_config(cluster, node, 22, "vagrant")
     values = [line.split(None, 1)[1] for line in cfg if line.startswith("passwordauthentication ")]
     assert values == [want], f"sshd on {node}: passwordauthentication {values or 'not reported'}, want {want}"
+
+
+def test_the_room_port_lets_in_the_students_only(cluster, node):
+    """A login node of a cluster with student accounts: the room's port (2222) allows those accounts
+    only (never vagrant or root), with at most 3 tries a connection (lab/room, docs/adr/0032)."""
+    users = [u["name"] for u in cluster.users()]
+    if node not in cluster.login or not users:
+        pytest.skip("the room's port is on login nodes of clusters with student accounts")
+    cfg = _sshd_config(cluster, node, 2222, users[0])
+    listening = [line.split(None, 1)[1] for line in cfg if line.startswith("port ")]
+    allowed = {line.split(None, 1)[1] for line in cfg if line.startswith("allowusers ")}
+    assert "2222" in listening, f"sshd on {node} does not listen on the room's port: port {listening}"
+    assert allowed == set(users), f"sshd on {node}: the room's port allows {sorted(allowed)}, want {users}"
+    assert "permitrootlogin no" in cfg and "maxauthtries 3" in cfg, f"sshd on {node}: root or tries not limited"
 
 
 def test_vagrant_insecure_key_not_authorized(cluster, node):
