@@ -3,7 +3,7 @@
 The port is given once, the first time anything asks for it, and kept for the cluster's life in
 $SLURMLAB_HOME/clusters/NAME/room.json ({"Port": 2201}): the same whether `slurmlab serve` or `slurmlab
 room NAME` opens it, so the line written on the room's whiteboard stays true. It is the first port from
-$SLURMLAB_ROOM_FIRST_PORT (2201) that no other cluster of this lab home holds. The process that listens
+$SLURMLAB_ROOM_FIRST_PORT (2201) that no other cluster of this lab home holds and nothing listens on. The process that listens
 on it writes room.open ({"Pid", "By", "Address", "Port"}) and removes it when it closes; a file whose
 process is gone (killed) counts as closed. Deleting the cluster deletes both (its folder goes).
 """
@@ -51,6 +51,18 @@ def held_ports(exclude: str = "") -> set[int]:
     return out
 
 
+def _free(port: int) -> bool:
+    """Nothing listens on `port` now (another lab home's room, another program): a bind that is undone."""
+    import socket
+
+    address = settings.ROOM_ADDRESS.get()
+    try:
+        with socket.create_server(("" if address in ANY else address, port)):
+            return True
+    except OSError:
+        return False
+
+
 def port_of(cluster: str) -> int | None:
     """The cluster's room port: the one it holds, or the first free one from ROOM_FIRST_PORT (kept); None
     when the cluster has no folder (being deleted: nothing is made again)."""
@@ -66,7 +78,7 @@ def port_of(cluster: str) -> int | None:
         if isinstance(have, int):
             return have
         taken, port = held_ports(exclude=cluster), settings.ROOM_FIRST_PORT.get()
-        while port in taken:
+        while port in taken or not _free(port):
             port += 1
         atomic_write(_port_file(cluster), json.dumps({"Port": port}) + "\n", 0o644)
         return port

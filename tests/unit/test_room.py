@@ -18,10 +18,26 @@ from lab.room import door, guard, ports
 from lab.workspace import ClusterDir
 
 
+def _free_run(n: int = 16) -> int:
+    """The first of n ports in a row that nothing listens on (a CI run's own room may hold 2201)."""
+    for base in range(42201, 60000, 97):
+        try:
+            held = [socket.create_server(("", p)) for p in range(base, base + n)]
+        except OSError:
+            continue
+        for h in held:
+            h.close()
+        return base
+    raise AssertionError("no free run of ports")
+
+
+B = _free_run()
+
+
 @pytest.fixture
 def home(tmp_path, monkeypatch):
     monkeypatch.setenv("SLURMLAB_HOME", str(tmp_path))
-    monkeypatch.delenv("SLURMLAB_ROOM_FIRST_PORT", raising=False)
+    monkeypatch.setenv("SLURMLAB_ROOM_FIRST_PORT", str(B))
     return tmp_path
 
 
@@ -29,14 +45,17 @@ def home(tmp_path, monkeypatch):
 def test_each_cluster_keeps_its_port_and_the_next_gets_the_next_free_one(home, monkeypatch):
     for n in ("a", "b", "c"):
         ClusterDir(n).create()
-    assert ports.port_of("a") == 2201
-    assert ports.port_of("b") == 2202
-    assert ports.port_of("a") == 2201  # kept
+    assert ports.port_of("a") == B
+    assert ports.port_of("b") == B + 1
+    assert ports.port_of("a") == B  # kept
     ClusterDir("a").remove()  # a deleted cluster frees its port
-    assert ports.port_of("c") == 2201
-    monkeypatch.setenv("SLURMLAB_ROOM_FIRST_PORT", "3000")
+    assert ports.port_of("c") == B
+    monkeypatch.setenv("SLURMLAB_ROOM_FIRST_PORT", str(B + 10))
     ClusterDir("d").create()
-    assert ports.port_of("d") == 3000 and ports.port_of("b") == 2202
+    assert ports.port_of("d") == B + 10 and ports.port_of("b") == B + 1
+    ClusterDir("e").create()
+    with socket.create_server(("", B + 11)):  # another lab home's room, or another program
+        assert ports.port_of("e") == B + 12
 
 
 def test_a_cluster_without_its_folder_gets_no_port_and_nothing_is_made(home):
@@ -47,13 +66,13 @@ def test_a_cluster_without_its_folder_gets_no_port_and_nothing_is_made(home):
 def test_the_room_is_open_while_the_process_that_opened_it_lives(home):
     ClusterDir("a").create()
     st = ports.status("a")
-    assert st["Open"] is False and st["Port"] == 2201 and st["Ssh"].startswith("ssh -p 2201 STUDENT@")
+    assert st["Open"] is False and st["Port"] == B and st["Ssh"].startswith(f"ssh -p {B} STUDENT@")
     assert "closed: slurmlab room a, or slurmlab serve, opens it" in ports.describe_line("a", st)
-    ports.mark_open("a", 2201, "169.254.77.1", "slurmlab room")
+    ports.mark_open("a", B, "169.254.77.1", "slurmlab room")
     st = ports.status("a")
-    assert st["Open"] and st["Ssh"] == "ssh -p 2201 STUDENT@169.254.77.1"
+    assert st["Open"] and st["Ssh"] == f"ssh -p {B} STUDENT@169.254.77.1"
     assert st["By"] == f"slurmlab room (pid {os.getpid()})"
-    (ClusterDir("a").root / "room.open").write_text('{"Pid": 999999999, "Port": 2201, "By": "x"}')
+    (ClusterDir("a").root / "room.open").write_text(f'{{"Pid": 999999999, "Port": {B}, "By": "x"}}')
     assert ports.status("a")["Open"] is False  # its process is gone (killed)
     ports.mark_closed("a")  # not ours: left as it is
     assert (ClusterDir("a").root / "room.open").exists()
@@ -204,16 +223,16 @@ def test_the_keeper_opens_moves_and_closes_the_room_as_the_store_changes(sshd, m
     try:
         k.sync(St())
         room = k.rooms["class"][0]
-        assert room.port == 2201 and ports.status("class")["Open"]
+        assert room.port == B and ports.status("class")["Open"]
         want["class"] = door.Wanted("127.0.0.1")  # the login node was replaced
         k.sync(St())
         assert k.rooms["class"][0] is room and room.address == "127.0.0.1"
-        assert _login(2201, "ok") == b"SSH-2.0-fake\r\n"
+        assert _login(B, "ok") == b"SSH-2.0-fake\r\n"
         want["class"] = door.Wanted(None, "no running login node yet")
         k.sync(St())
         assert "class" not in k.rooms and not ports.status("class")["Open"]
         with pytest.raises(OSError):
-            socket.create_connection(("127.0.0.1", 2201), timeout=5)
+            socket.create_connection(("127.0.0.1", B), timeout=5)
         want["class"] = door.Wanted("127.0.0.1")
         k.sync(St())
         assert ports.status("class")["Open"]
@@ -223,17 +242,18 @@ def test_the_keeper_opens_moves_and_closes_the_room_as_the_store_changes(sshd, m
     finally:
         k.close()
     log = (ClusterDir("class").root / "room.log").read_text()
-    assert "open on 127.0.0.1:2201 -> 127.0.0.2:" in log and "the login node is now 127.0.0.1" in log
+    assert f"open on 127.0.0.1:{B} -> 127.0.0.2:" in log and "the login node is now 127.0.0.1" in log
     assert "closed: no running login node yet" in log and "closed: deleted" in log
 
 
 def test_a_port_in_use_is_named_and_nothing_is_marked_open(sshd, monkeypatch):
     monkeypatch.setattr(door, "wanted", lambda st, name: door.Wanted("127.0.0.1"))
-    blocker = socket.create_server(("127.0.0.1", 2201))
+    assert ports.port_of("class") == B  # the cluster's port since before: something else took it since
+    blocker = socket.create_server(("127.0.0.1", B))
     k = door.Keeper("127.0.0.1", "slurmlab room", only="class")
     try:
         k.sync(None)
-        assert k.problems["class"].startswith("cannot listen on 127.0.0.1:2201") and not k.rooms
+        assert k.problems["class"].startswith(f"cannot listen on 127.0.0.1:{B}") and not k.rooms
         assert not ports.status("class")["Open"]
     finally:
         k.close()
@@ -263,7 +283,7 @@ def test_a_room_where_a_real_cluster_has_students_and_a_running_login_node(home)
     ClusterDir("jh").create()
     users.create("jh", LabUsers(Count=2))
     assert door.wanted(_Store(rows), "jh") == door.Wanted("10.0.0.11")
-    assert views.room_of(rows[0]) == {"Port": 2201, "Open": False, "Ssh": views.room_of(rows[0])["Ssh"]}
+    assert views.room_of(rows[0]) == {"Port": B, "Open": False, "Ssh": views.room_of(rows[0])["Ssh"]}
     assert door.wanted(_Store(_rows({}, login_phase="configuring")), "jh").why == "no running login node yet"
     sim = _rows({}, provider="sim")
     assert door.wanted(_Store(sim), "jh").why.startswith("simulated") and views.room_of(sim[0]) is None
