@@ -43,6 +43,8 @@ from lab.engine.bookkeeping import BACKOFF_BASE, BACKOFF_MAX, Records
 from lab.engine.checkpointing import CheckpointRunner
 from lab.engine.extensions import ExtensionWork
 from lab.engine.hostloss import HOST_LOST_S, HostLoss
+from lab.engine import hangs
+from lab.engine.hangs import HangWatch
 from lab.engine.hubwatch import HubWatch
 from lab.engine.patching import Patching
 from lab.engine.plan import JOIN_MAX_WAIT_S, JOIN_QUIET_S, LEGACY_ATTEMPTS, Action
@@ -90,6 +92,8 @@ class Tuning:
     slurm_period_s: float = recovery.SLURM_PERIOD_S  # how often Slurm's view is read (watching.py)
     recover_after_s: float = recovery.RECOVER_AFTER_S  # a node down this long gets the next recovery step
     protect_after: int = recovery.PROTECT_AFTER  # a group's failures in a row before it is protected
+    hang_period_s: float = hangs.HANG_PERIOD_S  # how often the VMs' guest agents are pinged (hangs.py)
+    hung_after_s: float = hangs.HUNG_AFTER_S  # a VM silent this long is hung: rebooted, then replaced
 
 
 class Engine:
@@ -118,6 +122,7 @@ class Engine:
                                 recover_after_s=t.recover_after_s)
         self.extensions = ExtensionWork(self.rec, self.io, self.work)
         self.hubs = HubWatch(self.rec, self.io, self.work)
+        self.hangs = HangWatch(self.rec, self.io, self.work, t.hang_period_s, t.hung_after_s)
         self.patching = Patching(self.rec, self.io, self.work, self.watch.last.get)
         self.schedules = Schedules(self.rec, self.io)
         self._unusable: set[str] = set()
@@ -203,6 +208,7 @@ class Engine:
         self.watch.watch(c, groups, nodes, busy)  # Slurm's view: marks, recovery (lab/engine/watching.py)
         self.extensions.step(c, groups, nodes)  # cluster extensions (lab/engine/extensions.py)
         self.hubs.watch(c, groups, nodes, busy)  # Lab.Jupyter: each login node's hub (lab/engine/hubwatch.py)
+        self.hangs.watch(c, groups, nodes, busy)  # hung VMs: their guest agents (lab/engine/hangs.py)
         self.schedules.step(c, gmap, nodes)  # ScheduledUpdateConfig: a rolling update when due (lab/engine/schedules.py)
         self.rollout.step(c, gmap, nodes)
         self.patching.step(c, gmap, nodes)  # AutoPatchConfig (lab/engine/patching.py)

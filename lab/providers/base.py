@@ -239,6 +239,11 @@ class Provider(ABC):
     def stop(self, cluster: str, name: str) -> None:
         """Shut the VM down cleanly (its guest flushes its disks), if it runs; the VM stays defined."""
 
+    def silent(self, cluster: str, names: list[str]) -> dict[str, str]:
+        """Of the running VMs `names`, those whose guest does not answer (a hung VM: libvirt says it runs),
+        each with what did not answer. Default: none (a provider that cannot tell)."""
+        return {}
+
     def forks(self, cluster: str, machine: MachineSpec) -> bool:
         """Whether a new VM of `machine` would be forked from a template (seconds, little CPU) rather than
         booted: the engine gives forks slots of their own (lab/engine/slots.py)."""
@@ -277,6 +282,9 @@ class Provider(ABC):
 
     async def stop_async(self, cluster: str, name: str) -> None:
         return await in_thread(cluster, self.stop, cluster, name)
+
+    async def silent_async(self, cluster: str, names: list[str]) -> dict[str, str]:
+        return await in_thread(cluster, self.silent, cluster, names)
 
 
 class Checkpoints(ABC):
@@ -331,7 +339,7 @@ class Placement(ABC):
 
 # The engine's coroutine face, and the blocking methods behind it (tests check both providers).
 ENGINE_METHODS = ("allocate", "prepare_async", "observe_async", "ensure_async", "reboot_async", "remove_async",
-                  "delete_cluster_async", "stop_async")
+                  "delete_cluster_async", "stop_async", "silent_async")
 
 
 def cluster_of(dom) -> str | None:

@@ -116,6 +116,9 @@ class SimProvider(SimCheckpoints, Provider, Checkpoints):
         self.vms: dict[str, dict[str, SimVM]] = {}
         self.launched: list[str] = []  # every ensure that created a VM (tests read it)
         self.removed: list[str] = []
+        # hung VMs (issue 45; tests set it): name -> whether the hang survives a reboot. Silent, as a hung
+        # guest's agent is; a replacement (a new VM) is never hung
+        self.hung: dict[str, bool] = {}
         self._lock = threading.Lock()
         self._hint: dict[str, int] = {}
         self._db = None
@@ -219,6 +222,7 @@ class SimProvider(SimCheckpoints, Provider, Checkpoints):
                 if vms.pop(n, None) is not None:
                     self._drop(cluster, n)
                 self.removed.append(n)
+                self.hung.pop(n, None)
 
     async def remove_async(self, cluster: str, names: list[str]) -> None:
         self.remove(cluster, names)
@@ -229,6 +233,8 @@ class SimProvider(SimCheckpoints, Provider, Checkpoints):
             vm = self.vms.get(cluster, {}).get(name)
             if vm is None:  # the engine relaunches a missing VM itself; this is a race with a removal
                 raise LaunchError(f"{name}: no simulated VM to reboot")
+            if not self.hung.get(name, True):
+                self.hung.pop(name)
             vm.state, vm.ready_at, vm.boots = "running", self.clock() + self.boot_time, vm.boots + 1
             self._save(vm)
         return vm
@@ -239,6 +245,12 @@ class SimProvider(SimCheckpoints, Provider, Checkpoints):
         while (left := vm.ready_at - self.clock()) > 0:
             await self.sleep(left)
         return self._observed(vm)
+
+    def silent(self, cluster: str, names: list[str]) -> dict[str, str]:
+        return {n: "its guest agent (simulated hang) while libvirt says it runs" for n in names if n in self.hung}
+
+    async def silent_async(self, cluster: str, names: list[str]) -> dict[str, str]:
+        return self.silent(cluster, names)
 
     def reboot(self, cluster: str, name: str) -> Observed:
         vm = self._restart(cluster, name)

@@ -31,6 +31,7 @@ from lab.workspace import ClusterDir
 
 log = logging.getLogger(__name__)
 
+AGENT_PING_S = 5  # a guest agent that does not answer guest-ping this long is silent (issue 45)
 
 # What vagrant says when trying again cannot help (checked on the log's tail): the node becomes a
 # Failure at once instead of retrying. Anything else (libvirt busy, a domain that did not start, a
@@ -241,6 +242,33 @@ class VagrantProvider(Provider, Checkpoints, Placement):
             ms = dict(self._machines.get(cluster, {}))
         ms[machine.name] = machine
         return list(ms.values())
+
+    def silent(self, cluster: str, names: list[str]) -> dict[str, str]:
+        """Each VM's guest agent pinged (virtio-serial: no network; milliseconds on a loaded machine);
+        those that do not answer within AGENT_PING_S, with libvirt's state of them (issue 45)."""
+        import libvirt
+
+        from lab.providers import agent
+
+        out = {}
+        conn = placement.host_of(cluster).connect()
+        try:
+            for name in names:
+                try:
+                    dom = conn.lookupByName(name)
+                    code, _ = dom.state()
+                except libvirt.libvirtError:
+                    continue  # gone: observe() says so
+                if code != libvirt.VIR_DOMAIN_RUNNING:
+                    continue  # paused, shut off: observe() and the planner act on those
+                try:
+                    agent.command(dom, "guest-ping", timeout=AGENT_PING_S)
+                except agent.AgentError as e:
+                    out[name] = f"its guest agent ({e}) while libvirt says it runs"
+        finally:
+            with contextlib.suppress(Exception):
+                conn.close()
+        return out
 
     def observe(self, cluster: str) -> dict[str, Observed]:
         import libvirt

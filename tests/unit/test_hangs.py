@@ -1,0 +1,82 @@
+"""Hung VMs (issue 45) on the sim provider, in virtual time: a VM whose guest agent stops answering while
+libvirt says it runs is hung after HUNG_AFTER_S; NodeRecovery Automatic reboots it (one Warning event
+naming what did not answer), and replaces it when it hangs again after that reboot; NodeRecovery None
+shows it only, and an answer clears the mark. The controller and the login node are watched too (Slurm
+watches only compute nodes)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from lab.engine.hangs import HUNG_AFTER_S, MESSAGE
+from tests.simlab import SimLab, spec_text
+
+
+def _events(lab, node: str) -> list[str]:
+    return [e.description for e in lab.st.events("demo") if e.description.startswith(f"{node}: ")]
+
+
+def _ready(lab) -> bool:
+    return lab.full("demo") and lab.st.cluster("demo").status == "InService"
+
+
+def test_a_hung_login_node_is_rebooted_and_answers_again(tmp_path):
+    async def go():
+        lab = SimLab(tmp_path)
+        lab.create(spec_text())
+        await lab.run_until(lambda: _ready(lab))
+        node, boots = "demo-login-1", lab.prov.vms["demo"]["demo-login-1"].boots
+        lab.prov.hung[node] = False  # a reboot ends it
+        t0 = lab.clock()
+        await lab.run_until(lambda: lab.node(node).pending == "reboot" or lab.node(node).phase == "rebooting")
+        assert HUNG_AFTER_S <= lab.clock() - t0 <= HUNG_AFTER_S + 35  # two asks apart, plus the pass
+        ev = [e for e in _events(lab, node) if MESSAGE in e]
+        assert len(ev) == 1 and "its guest agent (simulated hang) while libvirt says it runs" in ev[0], ev
+        assert ev[0].endswith("rebooting it"), ev
+        await lab.run_until(lambda: _ready(lab) and lab.node(node).phase == "running" and not lab.node(node).pending)
+        assert lab.prov.vms["demo"][node].boots == boots + 1 and node not in lab.prov.hung
+        await lab.ticks(int(2 * HUNG_AFTER_S))
+        assert len([e for e in _events(lab, node) if MESSAGE in e]) == 1  # answers now: nothing more
+        await lab.finish()
+
+    asyncio.run(go())
+
+
+def test_a_node_hung_again_after_its_reboot_is_replaced(tmp_path):
+    async def go():
+        lab = SimLab(tmp_path)
+        lab.create(spec_text())
+        await lab.run_until(lambda: _ready(lab))
+        node = "demo-compute-1"
+        first_id = lab.node(node).instance_id
+        lab.prov.hung[node] = True  # survives the reboot
+        await lab.run_until(lambda: any("replacing it" in e for e in _events(lab, node)), max_ticks=800)
+        ev = [e for e in _events(lab, node) if MESSAGE in e]
+        assert ev[0].endswith("rebooting it") and ev[1].endswith("again after its reboot: replacing it"), ev
+        await lab.run_until(lambda: _ready(lab) and lab.node(node).phase == "running" and not lab.node(node).pending)
+        assert lab.node(node).instance_id != first_id and node not in lab.prov.hung
+        await lab.finish()
+
+    asyncio.run(go())
+
+
+def test_with_node_recovery_none_a_hung_node_is_shown_only_and_cleared_when_it_answers(tmp_path):
+    async def go():
+        lab = SimLab(tmp_path)
+        lab.create(spec_text(recovery="None"))
+        await lab.run_until(lambda: _ready(lab))
+        node = "demo-controller-1"
+        boots = lab.prov.vms["demo"][node].boots
+        lab.prov.hung[node] = True
+        await lab.run_until(lambda: lab.node(node).message.startswith(MESSAGE))
+        await lab.ticks(int(2 * HUNG_AFTER_S))
+        ev = [e for e in _events(lab, node) if MESSAGE in e]
+        assert len(ev) == 1 and "NodeRecovery None: shown, not recovered" in ev[0], ev
+        assert "slurmlab batch-reboot-cluster-nodes demo demo-controller-1" in ev[0]
+        assert lab.node(node).pending is None and lab.prov.vms["demo"][node].boots == boots
+        del lab.prov.hung[node]
+        await lab.run_until(lambda: lab.node(node).message == "")
+        assert _events(lab, node)[-1] == f"{node}: answers again"
+        await lab.finish()
+
+    asyncio.run(go())
