@@ -56,6 +56,8 @@ def lab_home(tmp_path_factory):
     old = os.environ.get("SLURMLAB_HOME")
     os.environ["SLURMLAB_HOME"] = str(home)
     os.environ["SLURMLAB_HOST_LOST_S"] = "20"  # the engine gives a silent second host up after 20 s (not 60)
+    # `patch` has student accounts: its room (lab/room) gets ports from 2301, never the class stream's 2201
+    os.environ["SLURMLAB_ROOM_FIRST_PORT"] = "2301"
     # a run killed on this machine before its delete (another SLURMLAB_HOME) left VMs and checkpoints
     # under these names: a create would refuse them (lab/providers/leftovers.py)
     for name in (NAME, TWIN, FAR):
