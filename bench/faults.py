@@ -25,6 +25,8 @@ private $SLURMLAB_HOME (a new /tmp/slurmlab-faults-*, kept for its logs). The sc
   slurmd_stopped                 compute-1's slurmd stopped: Slurm calls it down* (SlurmdTimeout), the
                                  lab shows it and restarts slurmd (recovery, docs/recovery.md); time
                                  from the stop to idle again, and until the lab showed it
+  vm_hung                        compute-2's kernel panics (sysrq c): libvirt says it runs, neither ssh nor
+                                 its guest agent answers; the engine finds it hung and reboots it (issue 45)
   action_replace_under_auto_resume  an `srun --auto-resume=1 -N2` step writing its progress to /home;
                                  compute-2 set `state=down reason="Action:Replace"` while it runs: the
                                  VM is replaced under its name, the step starts again and finishes
@@ -347,6 +349,28 @@ def slurmd_stopped(lab: Lab, rng: random.Random) -> dict:
                       f"srun -N2: {' '.join(hosts)}"}
 
 
+PANIC = "sudo sh -c 'echo 1 > /proc/sys/kernel/sysrq; (sleep 1; echo c > /proc/sysrq-trigger) >/dev/null 2>&1 &'"
+
+
+def vm_hung(lab: Lab, rng: random.Random) -> dict:
+    """compute-2's kernel panics (sysrq c; kernel.panic=0: its vCPU spins): libvirt says it runs, nothing
+    answers. The engine finds it by its silent guest agent (lab/engine/hangs.py) and reboots it."""
+    lab.wait(lambda: _sinfo(C2) == "idle", 300, f"{C2} idle")
+    iid = lab.node(C2).instance_id
+    on(C2, PANIC)
+    t0 = time.time()
+    found = lab.wait(lambda: any(e.node == C2 and e.time >= t0 and ": hung for " in e.description
+                                 for e in lab.st.events(NAME)), 600, f"the engine to find {C2} hung")
+    lab.wait(lambda: (n := lab.node(C2)) is not None and n.phase == "running" and (n.joined_at or 0) > t0
+             and n.pending is None and _sinfo(C2) == "idle", 900, f"{C2} back in Slurm")
+    usable = time.time() - t0
+    hosts = sorted(on("controller", "srun -p dev -N2 hostname").split())
+    same = lab.node(C2).instance_id == iid
+    return {"recover_s": round(usable, 1), "detected_s": round(found, 1), "survived_extra": hosts == [C1, C2],
+            "detail": f"{C2} panicked; found hung {found:.0f} s later, {'rebooted' if same else 'replaced'}, idle in "
+                      f"Slurm {usable:.0f} s after the panic; srun -N2: {' '.join(hosts)}"}
+
+
 AUTO_RESUME_STEP = ("mkdir -p ~/ar && h=$(hostname) && i=$(cat ~/ar/$h 2>/dev/null || echo 0) && "
                     "while [ $i -lt 60 ]; do i=$((i + 1)); echo $i > ~/ar/$h; sleep 2; done && echo finished-$h")
 
@@ -587,7 +611,7 @@ def delete_interrupted(lab: Lab, rng: random.Random) -> dict:
                                        if status != "gone" else "the engine had finished it")}
 
 
-SCENARIOS = [engine_sigkill_during_create, vm_killed_after_join, sshd_stopped, slurmd_stopped,
+SCENARIOS = [engine_sigkill_during_create, vm_killed_after_join, sshd_stopped, slurmd_stopped, vm_hung,
              action_replace_under_auto_resume, vm_killed_while_booting,
              host_memory_too_small, libvirtd_restart_in_scale_out, pool_disk_full, delete_interrupted]
 

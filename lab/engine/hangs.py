@@ -84,11 +84,12 @@ class HangWatch:
             since = self._silent_since.setdefault(key, at)
             if now - since < self.hung_after_s:
                 continue
-            self._hung(c, n, f"{MESSAGE}: {why} for {now - since:.0f} s", now)
+            self._hung(c, n, f"for {now - since:.0f} s: {why}", now)
 
     def _hung(self, c: ClusterRow, n, text: str, now: float) -> None:
         name, key = c.name, (c.name, n.name)
         if node_recovery(c) != "Automatic":
+            text = f"{MESSAGE} {text}"
             if not n.message.startswith(MESSAGE):
                 self.store.update_node(name, n.name, message=text[:500])
                 self.store.add_event(name, "Instance", "Warning", f"{n.name}: {text}; NodeRecovery None: shown, "
@@ -97,7 +98,7 @@ class HangWatch:
             return
         again = now - self._rebooted_at.get(key, float("-inf")) < REHANG_WINDOW_S
         kind = "replace" if again else "reboot"
-        why = f"{text}{' again after its reboot' if again else ''}"
+        why = f"{MESSAGE}{' again after its reboot' if again else ''} {text}"
         self._rebooted_at[key] = now
         self._silent_since.pop(key, None)
         self.store.update_node(name, n.name, pending=kind, message=f"{why}: {kind}"[:500])

@@ -247,7 +247,7 @@ class SimProvider(SimCheckpoints, Provider, Checkpoints):
         return self._observed(vm)
 
     def silent(self, cluster: str, names: list[str]) -> dict[str, str]:
-        return {n: "its guest agent (simulated hang) while libvirt says it runs" for n in names if n in self.hung}
+        return {n: "libvirt says it runs, its guest agent does not answer (simulated hang)" for n in names if n in self.hung}
 
     async def silent_async(self, cluster: str, names: list[str]) -> dict[str, str]:
         return self.silent(cluster, names)

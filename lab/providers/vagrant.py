@@ -264,7 +264,7 @@ class VagrantProvider(Provider, Checkpoints, Placement):
                 try:
                     agent.command(dom, "guest-ping", timeout=AGENT_PING_S)
                 except agent.AgentError as e:
-                    out[name] = f"its guest agent ({e}) while libvirt says it runs"
+                    out[name] = f"libvirt says it runs, its guest agent does not answer ({e})"
         finally:
             with contextlib.suppress(Exception):
                 conn.close()

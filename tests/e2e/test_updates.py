@@ -7,7 +7,8 @@ false`, fully configured, unless an earlier run kept the twin's fingerprints for
 same configuration files (tests/e2e/fullconfig.py). Node by node the two are the same apart from identity
 (issue 42); the twin goes. On `patch`: a checkpoint, the cluster broken and restored (issue 14); a rolling update of the
 controller while a job runs (issue 12); auto-patch of the compute nodes around a job (issue 32); then a
-second cluster placed on a second, remote host because this one has no room (issues 16 and 29).
+second cluster placed on a second, remote host because this one has no room (issues 16 and 29). Issue 45: a
+compute node whose kernel panicked is found hung and rebooted.
 """
 
 from __future__ import annotations
@@ -210,6 +211,28 @@ def test_rolling_update_of_the_controller_while_a_job_runs():
         assert meta["box"] == "slurmlab/trixie-slurm-next", (ctl, backing, meta)
     finally:
         conn.close()
+
+
+def test_a_hung_node_is_found_rebooted_and_back_in_slurm():
+    """Issue 45: compute-2's kernel panics (sysrq c; kernel.panic=0, so its vCPU spins): libvirt says it runs,
+    neither ssh nor its guest agent answers. The engine finds it hung by its silent agent, says so in one
+    event, reboots it (the same instance), and it joins Slurm again, idle. The times go to artifacts/ (a
+    benchmark's figures, not asserted)."""
+    node = f"{NAME}-compute-2"
+    before = nodes()[node]["InstanceId"]
+    seen = set(events_of(NAME))
+    on(node, "sudo sh -c 'echo 1 > /proc/sys/kernel/sysrq; (sleep 1; echo c > /proc/sysrq-trigger) >/dev/null 2>&1 &'")
+    t0 = time.time()
+    hung = wait(lambda: [e for e in events_of(NAME) if e not in seen and e.startswith(f"{node}: hung for ")], 600,
+                f"the engine to find {node} hung", 5)
+    found = time.time() - t0
+    assert hung[0].endswith("rebooting it") and "its guest agent does not answer" in hung[0], hung
+    wait(lambda: nodes()[node]["InstanceStatus"]["Status"] == "Running"
+         and on("controller", f"sinfo -h -N -n {node} -o %T").strip() == "idle", 900, f"{node} idle in Slurm", 5)
+    assert nodes()[node]["InstanceId"] == before  # rebooted, not replaced: it answered after its reboot
+    (REPO / "artifacts").mkdir(exist_ok=True)
+    (REPO / "artifacts" / "hung-vm.json").write_text(json.dumps(
+        {"node": node, "found_s": round(found, 1), "idle_in_slurm_s": round(time.time() - t0, 1), "event": hung[0]}))
 
 
 def test_auto_patch_when_idle_patches_the_idle_node_and_the_busy_one_after_its_job(served):

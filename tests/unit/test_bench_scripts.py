@@ -519,8 +519,8 @@ def test_faults_spec_and_scenarios():
     s = loads_spec(faults.SPEC)
     assert s.name == faults.NAME and [g.InstanceCount for g in s.InstanceGroups] == [1, 2]
     names = [fn.__name__ for fn in faults.SCENARIOS]
-    assert len(set(names)) == len(names) == 10 and names[0] == "engine_sigkill_during_create"
-    assert {"slurmd_stopped", "action_replace_under_auto_resume"} <= set(names)  # issue 26
+    assert len(set(names)) == len(names) == 11 and names[0] == "engine_sigkill_during_create"
+    assert {"slurmd_stopped", "action_replace_under_auto_resume", "vm_hung"} <= set(names)  # issues 26, 45
 
 
 class _Lab:
