@@ -49,6 +49,41 @@ def wait(dom, timeout: float, poll: float = 0.5) -> float:
         time.sleep(poll)
 
 
+PING_S = 5  # a guest agent that does not answer guest-ping this long is silent (issue 45)
+
+
+def silent(conn, names: list[str]) -> dict[str, str]:
+    """Of the domains `names` that libvirt says run, those whose agent does not answer `guest-ping` within
+    PING_S (a hung guest: lab/engine/hangs.py), each with what did not answer. The agent is on
+    virtio-serial: no network, milliseconds on a loaded machine. Paused, shut-off and missing domains are
+    not asked: observe() and the planner act on those."""
+    import libvirt
+
+    out = {}
+    for name in names:
+        try:
+            dom = conn.lookupByName(name)
+            code, _ = dom.state()
+        except libvirt.libvirtError:
+            continue
+        if code != libvirt.VIR_DOMAIN_RUNNING:
+            continue
+        try:
+            command(dom, "guest-ping", timeout=PING_S)
+        except AgentError as e:
+            out[name] = f"libvirt says it runs, its guest agent does not answer ({e})"
+    return out
+
+
+def silent_on(host, names: list[str]) -> dict[str, str]:
+    """silent() of the domains `names` on `host` (a lab.host.registry.Host)."""
+    conn = host.connect()
+    try:
+        return silent(conn, names)
+    finally:
+        conn.close()
+
+
 @dataclass
 class Ran:
     exitcode: int

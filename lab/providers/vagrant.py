@@ -18,8 +18,8 @@ from pathlib import Path
 from lab import secrets
 from lab.errors import LabError
 from lab.host import libvirtd, registry
-from lab.providers import (checkpoint, disk, domains, fork, hostside, leftovers, network, placement, priority, state_disk,
-                           templates, vagrantfile)
+from lab.providers import (agent, checkpoint, disk, domains, fork, hostside, leftovers, network, placement, priority,
+                           state_disk, templates, vagrantfile)
 from lab.providers.base import (DISK_FULL, Checkpoints, ClusterNet, LaunchError, MachineSpec, Observed, Placement, Provider,
                                 ProviderUnreachable, mac_for)
 from lab.providers.warm import WarmStart
@@ -31,7 +31,6 @@ from lab.workspace import ClusterDir
 
 log = logging.getLogger(__name__)
 
-AGENT_PING_S = 5  # a guest agent that does not answer guest-ping this long is silent (issue 45)
 
 # What vagrant says when trying again cannot help (checked on the log's tail): the node becomes a
 # Failure at once instead of retrying. Anything else (libvirt busy, a domain that did not start, a
@@ -244,31 +243,7 @@ class VagrantProvider(Provider, Checkpoints, Placement):
         return list(ms.values())
 
     def silent(self, cluster: str, names: list[str]) -> dict[str, str]:
-        """Each VM's guest agent pinged (virtio-serial: no network; milliseconds on a loaded machine);
-        those that do not answer within AGENT_PING_S, with libvirt's state of them (issue 45)."""
-        import libvirt
-
-        from lab.providers import agent
-
-        out = {}
-        conn = placement.host_of(cluster).connect()
-        try:
-            for name in names:
-                try:
-                    dom = conn.lookupByName(name)
-                    code, _ = dom.state()
-                except libvirt.libvirtError:
-                    continue  # gone: observe() says so
-                if code != libvirt.VIR_DOMAIN_RUNNING:
-                    continue  # paused, shut off: observe() and the planner act on those
-                try:
-                    agent.command(dom, "guest-ping", timeout=AGENT_PING_S)
-                except agent.AgentError as e:
-                    out[name] = f"libvirt says it runs, its guest agent does not answer ({e})"
-        finally:
-            with contextlib.suppress(Exception):
-                conn.close()
-        return out
+        return agent.silent_on(placement.host_of(cluster), names)  # each guest agent pinged (issue 45)
 
     def observe(self, cluster: str) -> dict[str, Observed]:
         import libvirt
@@ -311,12 +286,9 @@ class VagrantProvider(Provider, Checkpoints, Placement):
         return obs
 
     def _destroy(self, cluster: str, name: str) -> None:
-        """`vagrant destroy -f NAME`, never taking the cluster's network with it.
-
-        vagrant-libvirt lists the management network in each machine's `created_networks` and
-        undefines it on destroy when libvirt reports no connections on it; the network belongs to
-        slurmlab (network.py), so the list goes first (also for machines made before the Vagrantfile
-        said `management_network_keep`)."""
+        """`vagrant destroy -f NAME`, never taking the cluster's network (slurmlab's: network.py) with it:
+        vagrant-libvirt undefines the networks of a machine's `created_networks` that libvirt reports no
+        connections on, so that list goes first (machines made before `management_network_keep` too)."""
         (ClusterDir(cluster).root / ".vagrant" / "machines" / name / "libvirt" / "created_networks").unlink(missing_ok=True)
         try:
             self._vagrant(cluster, ["destroy", "-f", name], name, timeout=600)
@@ -370,8 +342,7 @@ class VagrantProvider(Provider, Checkpoints, Placement):
         checkpoint.delete(cluster, tag)
 
     def stop(self, cluster: str, name: str) -> None:
-        """`vagrant halt NAME`: the guest shuts down (services stop, disks are flushed); forced after
-        vagrant-libvirt's graceful_halt_timeout."""
+        """`vagrant halt NAME` (a fork: ACPI): the guest flushes its disks; forced after a timeout."""
         if (obs := self.observe(cluster).get(name)) is not None and obs.state == "running":
             if self.warm.is_fork(cluster, name):
                 self.warm.stop(cluster, name)

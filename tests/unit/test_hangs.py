@@ -81,3 +81,39 @@ def test_with_node_recovery_none_a_hung_node_is_shown_only_and_cleared_when_it_a
         await lab.finish()
 
     asyncio.run(go())
+
+
+def test_the_agent_ping_names_the_running_domains_whose_agent_is_silent(monkeypatch):
+    """lab/providers/agent.py silent(): only running domains are asked; a missing or paused one is left to
+    observe(); a silent agent is named with what libvirt said."""
+    import libvirt
+
+    from lab.providers import agent
+
+    class Dom:
+        def __init__(self, name, code):
+            self.name, self.code = name, code
+
+        def state(self):
+            return self.code, 0
+
+    doms = {"a": Dom("a", libvirt.VIR_DOMAIN_RUNNING), "b": Dom("b", libvirt.VIR_DOMAIN_RUNNING),
+            "c": Dom("c", libvirt.VIR_DOMAIN_PAUSED)}
+
+    class Conn:
+        def lookupByName(self, name):  # noqa: N802 - libvirt's name
+            if name not in doms:
+                raise libvirt.libvirtError("no domain")
+            return doms[name]
+
+    asked = []
+
+    def command(dom, execute, timeout=10, **kw):
+        asked.append((dom.name, execute, timeout))
+        if dom.name == "b":
+            raise agent.AgentError("guest-ping: Guest agent is not responding")
+
+    monkeypatch.setattr(agent, "command", command)
+    assert agent.silent(Conn(), ["a", "b", "c", "d"]) == {
+        "b": "libvirt says it runs, its guest agent does not answer (guest-ping: Guest agent is not responding)"}
+    assert asked == [("a", "guest-ping", agent.PING_S), ("b", "guest-ping", agent.PING_S)]
