@@ -5,7 +5,10 @@ neither ssh, nor ARP, nor its guest agent (seen in CI: a login VM that every lat
 reach, "No route to host"). Slurm notices a compute node after SlurmdTimeout; nothing noticed a
 controller or a login node. So every `period_s` a task asks the provider which running nodes are
 silent (the vagrant provider pings each VM's guest agent over virtio-serial: no network, an answer
-in milliseconds even on a loaded machine). A node silent for `hung_after_s` in a row is hung:
+in milliseconds even on a loaded machine). A node silent for `hung_after_s` in a row is hung. That is
+well before Slurm's ladder (lab/engine/recovery.py) would try a slurmd restart over ssh on a hung compute
+node (its mark after SlurmdTimeout, then RECOVER_AFTER_S), and a restart under way does not start the
+count again:
 
 - its message and one Warning event say what did not answer, and for how long;
 - NodeRecovery Automatic: it is rebooted (its VM destroyed and started: a hung kernel takes no ACPI
@@ -19,6 +22,8 @@ Updating, or whose checkpoint is being taken (its VMs are paused for it).
 
 from __future__ import annotations
 
+import logging
+
 from lab.engine.backends import Backends
 from lab.engine.bookkeeping import Records
 from lab.engine.plan import node_recovery
@@ -27,10 +32,12 @@ from lab.engine.tasks import Tasks
 from lab.engine.watching import WATCHED
 from lab.store.db import ClusterRow
 
-HANG_PERIOD_S = 15.0
-HUNG_AFTER_S = 45.0
+HANG_PERIOD_S = 10.0
+HUNG_AFTER_S = 30.0
 REHANG_WINDOW_S = 900.0
 MESSAGE = "hung"
+
+log = logging.getLogger(__name__)
 
 
 class HangWatch:
@@ -61,8 +68,11 @@ class HangWatch:
     async def _ask(self, cluster: str, prov, asked: list[str], at: float) -> None:
         try:
             silent = await prov.silent_async(cluster, asked)
-        except Exception:  # noqa: BLE001 - nothing known this time (libvirt down: lab/engine/sight.py says so)
+        except Exception as e:  # noqa: BLE001 - nothing known this time (libvirt down: lab/engine/sight.py says so)
+            log.info("cluster %s: the guest agents could not be asked: %s", cluster, e)
             return
+        if silent:
+            log.info("cluster %s: silent guest agents: %s", cluster, silent)
         self._answers[cluster] = (at, asked, silent)
 
     def _show(self, c: ClusterRow, nodes, busy: set[str], at: float, asked: list[str], silent: dict[str, str]) -> None:
@@ -71,9 +81,11 @@ class HangWatch:
         for node in asked:
             n = by_name.get(node)
             key = (name, node)
-            if n is None or n.phase != Phase.RUNNING or n.pending or node in busy:
-                self._silent_since.pop(key, None)  # rebooted, replaced, at work: starts again
+            if n is None or n.phase != Phase.RUNNING or n.pending:
+                self._silent_since.pop(key, None)  # rebooted, replaced, gone: starts again
                 continue
+            if node in busy:
+                continue  # at work (a slurmd restart over ssh, say): still silent or not, it is judged after
             why = silent.get(node)
             if why is None:
                 self._silent_since.pop(key, None)
