@@ -117,3 +117,29 @@ def test_the_agent_ping_names_the_running_domains_whose_agent_is_silent(monkeypa
     assert agent.silent(Conn(), ["a", "b", "c", "d"]) == {
         "b": "libvirt says it runs, its guest agent does not answer (guest-ping: Guest agent is not responding)"}
     assert asked == [("a", "guest-ping", agent.PING_S), ("b", "guest-ping", agent.PING_S)]
+
+
+def test_work_under_way_on_a_silent_node_does_not_start_its_count_again():
+    """Slurm's ladder restarts slurmd over ssh on a hung compute node (a task: the node is busy); the node
+    stays silent meanwhile, and is hung as soon as that work ends (CI run D: the count started again, and
+    the ladder's reboot came first, with no word of a hang)."""
+    from types import SimpleNamespace as NS
+
+    from lab.engine.hangs import HangWatch
+
+    events, updates, now = [], [], {"t": 0.0}
+    store = NS(update_node=lambda c, n, **kw: updates.append((n, kw)),
+               add_event=lambda c, kind, level, text, **kw: events.append(text))
+    rec = NS(store=store, clock=lambda: now["t"], group_failed=lambda *a: None)
+    w = HangWatch(rec, io=None, tasks=None)
+    c = NS(name="demo", status="InService", spec={"NodeRecovery": "Automatic"})
+    node = NS(name="demo-compute-1", grp="compute", phase="running", pending=None, message="")
+    silent = {"demo-compute-1": "libvirt says it runs, its guest agent does not answer (x)"}
+    w._show(c, [node], set(), 0.0, [node.name], silent)
+    now["t"] = 20.0
+    w._show(c, [node], {node.name}, 20.0, [node.name], silent)  # a slurmd restart under way
+    assert updates == [] and events == []
+    now["t"] = 31.0
+    w._show(c, [node], set(), 31.0, [node.name], silent)
+    assert updates and updates[0][1]["pending"] == "reboot", updates
+    assert events == ["demo-compute-1: hung for 31 s: libvirt says it runs, its guest agent does not answer (x): rebooting it"]
