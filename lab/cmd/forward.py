@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-
 from typing import Optional
 
 import typer
@@ -132,17 +131,15 @@ def room(
 
     from lab import settings, users
     from lab.control import clusters
-    from lab.providers import registry
     from lab.room import door, ports
     from lab.workspace import ClusterDir
 
     st = store()
-    c = clusters.get(st, name)
-    if registry.info(c.provider).simulated:
+    why = ports.no_room(clusters.get(st, name))
+    if why == ports.SIMULATED:
         raise LabError(f"{name} is a simulated cluster: its login node is not a VM and runs no sshd",
                        "create the cluster with the default (real VM) provider")
-    acc = users.load(name)
-    if acc is None or not acc.users:
+    if why == ports.NO_ACCOUNTS:
         raise LabError(f"cluster '{name}' has no student accounts: nobody could log in through its room",
                        users.no_accounts_fix(name))
     bind = address or settings.ROOM_ADDRESS.get()

@@ -58,17 +58,13 @@ def engine_note(seen_at: float | None, status: str, now: float | None = None) ->
 
 def room_of(c: ClusterRow) -> dict | None:
     """Lab.Room: the students' ssh port of a real cluster with student accounts (lab/room)."""
-    from lab import users
     from lab.errors import LabError
     from lab.room import ports
 
-    if registry.info(c.provider).simulated:
-        return None
     try:
-        acc = users.load(c.name)
-    except LabError:
+        return None if ports.no_room(c) else ports.status(c.name)
+    except LabError:  # a damaged accounts file: `slurmlab users show` names it and its fix
         return None
-    return ports.status(c.name) if acc is not None and acc.users else None
 
 
 def describe(st: Store, name: str) -> dict:

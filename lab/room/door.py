@@ -128,18 +128,13 @@ class Wanted:
 
 def wanted(st, name: str) -> Wanted:
     """Whether cluster `name` should have an open room now, and to which login node."""
-    from lab import users
     from lab.engine.hubwatch import running_logins
-    from lab.providers import registry
 
     c = st.cluster(name)
     if c is None:
         return Wanted(None, "deleted")
-    if registry.info(c.provider).simulated:
-        return Wanted(None, "simulated (no VMs, no sshd)")
-    acc = users.load(name)
-    if acc is None or not acc.users:
-        return Wanted(None, "no student accounts")
+    if why := ports.no_room(c):
+        return Wanted(None, why)
     node = next(iter(running_logins(st.groups(name), st.nodes(name))), None)
     if node is None:
         return Wanted(None, "no running login node yet")

@@ -25,6 +25,22 @@ NODE_PORT = 2222  # the login node's sshd port for the room: students only (role
 ANY = ("0.0.0.0", "::", "")
 
 
+SIMULATED = "simulated (no VMs, no sshd)"
+NO_ACCOUNTS = "no student accounts"
+
+
+def no_room(c) -> str | None:
+    """Why the cluster (a store row) has no room at all: SIMULATED, NO_ACCOUNTS; None: it has one. A damaged
+    accounts file raises lab.users' LabError (with its fix)."""
+    from lab import users
+    from lab.providers import registry
+
+    if registry.info(c.provider).simulated:
+        return SIMULATED
+    acc = users.load(c.name)
+    return NO_ACCOUNTS if acc is None or not acc.users else None
+
+
 def _port_file(cluster: str):
     return ClusterDir(cluster).root / "room.json"
 
