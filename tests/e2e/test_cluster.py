@@ -699,18 +699,26 @@ def test_observability_extension_through_boto3(served, tmp_path):
     before = time.time()
     job = student("sbatch --parsable -p dev --wrap 'sleep 120'").strip()
     try:
-        def shows_the_job() -> bool:
-            late = [x for x in _new_samples(before) if x["slurm"]["jobs"]["running"] + x["slurm"]["jobs"]["pending"]]
-            return bool(late)
+        def with_the_job() -> list[dict]:
+            return [x for x in _new_samples(before) if x["slurm"]["jobs"]["running"] + x["slurm"]["jobs"]["pending"]]
 
-        _wait(shows_the_job, 120, "the job in the Slurm metrics")
-        first = next(x for x in _new_samples(before) if x["slurm"]["jobs"]["running"] + x["slurm"]["jobs"]["pending"])
+        _wait(lambda: bool(with_the_job()), 120, "the job in the Slurm metrics")
+        first = with_the_job()[0]
         assert first["simulated"] is False
         assert sum(first["slurm"]["users"]["user03"].values()) >= 1, first["slurm"]
         assert sum(first["slurm"]["nodes"].values()) == len([n for n in running if n["InstanceGroupName"] != "controller"
                                                             and n["InstanceGroupName"] != "login"]), first["slurm"]
-        assert {n for n, v in first["nodes"].items() if v["up"] and v["load1"] >= 0} == {
-            name for name, n in nodes().items() if n["InstanceStatus"]["Status"] == "Running"}, first["nodes"]
+        # Prometheus scrapes each target first at its own offset within the interval: a node not scraped yet
+        # is "up": false in a sample, so every node must report within two intervals, not in the first sample
+        want = {name for name, n in nodes().items() if n["InstanceStatus"]["Status"] == "Running"}
+
+        def reporting(x: dict) -> set[str]:
+            return {n for n, v in x["nodes"].items() if v["up"] and v["load1"] >= 0}
+
+        deadline = time.monotonic() + 60
+        while not any(reporting(x) == want for x in with_the_job()) and time.monotonic() < deadline:
+            time.sleep(5)
+        assert any(reporting(x) == want for x in with_the_job()), with_the_job()[-1]["nodes"]
         _keep("metrics.txt", sl("metrics", NAME, "--last", "4"))
     finally:
         on("login", f"sudo scancel {job}")  # user03's job: the ssh user may not cancel it
