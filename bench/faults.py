@@ -3,7 +3,7 @@
 One scenario after the other on one small cluster, each bounded in time.
 
 Real VMs; run as root on a host set up by `make up` (libvirtd, the box), with no other VMs running.
-The cluster (controller + 2 compute, no login; ~30-45 min in all on 2 cores without KVM) lives in a
+The cluster (controller + 2 compute, no login; ~45-60 min in all on 2 cores without KVM) lives in a
 private $SLURMLAB_HOME (a new /tmp/slurmlab-faults-*, kept for its logs). The scenarios, in order:
 
   engine_sigkill_during_create   the engine SIGKILLed at 5 seeded random moments of the create,
@@ -27,9 +27,11 @@ private $SLURMLAB_HOME (a new /tmp/slurmlab-faults-*, kept for its logs). The sc
                                  from the stop to idle again, and until the lab showed it
   vm_hung                        compute-2's kernel panics (sysrq c): libvirt says it runs, neither ssh nor
                                  its guest agent answers; the engine finds it hung and reboots it (issue 45)
-  action_replace_under_auto_resume  an `srun --auto-resume=1 -N2` step writing its progress to /home;
+  action_replace_under_auto_resume  an `srun --auto-resume=1 -N2` step writing its progress to /fsx;
                                  compute-2 set `state=down reason="Action:Replace"` while it runs: the
                                  VM is replaced under its name, the step starts again and finishes
+  slurmctld_killed, node_cut_off, nfs_stalled, disk_full_during_checkpoint, engine_killed_during_fork,
+  controller_destroyed           the cluster's own parts (bench/faults_parts.py says what each does)
   delete_interrupted             `slurmlab delete-cluster` interrupted (SIGINT) 1-4 s into the delete,
                                  run again if the cluster is not gone by then
 
@@ -63,193 +65,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-NAME = "faults"
-SPEC = f"""ClusterName: {NAME}
-NodeProvisioningMode: Continuous
-NodeRecovery: Automatic
-InstanceGroups:
-  - InstanceGroupName: controller
-    InstanceType: ml.t3.medium
-    InstanceCount: 1
-    SlurmConfig: {{NodeType: Controller}}
-    LifeCycleConfig: {{SourceS3Uri: {REPO / 'examples' / 'lifecycle'}, OnCreate: on_create.sh}}
-  - InstanceGroupName: compute
-    InstanceType: ml.c5.large
-    InstanceCount: 2
-    SlurmConfig: {{NodeType: Compute, PartitionNames: [dev]}}
-    LifeCycleConfig: {{SourceS3Uri: {REPO / 'examples' / 'lifecycle'}, OnCreate: on_create.sh}}
-"""
-C1, C2 = f"{NAME}-compute-1", f"{NAME}-compute-2"
+from bench import faults_parts  # noqa: E402
+from bench.faultlab import C1, C2, NAME, SPEC, Lab, in_libvirtd, on, say, sinfo, sl, then_scale_in  # noqa: E402
+
 POOL_NOT_RUN = "not run: --pool-mib 0 (the lab's own pool, on the host's disk, is never filled)"
-
-
-def say(msg: str) -> None:
-    print(f"faults: [{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def sl(*args, check=True, timeout=1800) -> subprocess.CompletedProcess:
-    p = subprocess.run([sys.executable, "-m", "lab", *args], capture_output=True, text=True, timeout=timeout,
-                       stdin=subprocess.DEVNULL, cwd=REPO)
-    if check and p.returncode != 0:
-        raise RuntimeError(f"slurmlab {' '.join(args)} exited {p.returncode}: {(p.stdout + p.stderr).strip()[-1500:]}")
-    return p
-
-
-def on(node: str, command: str, check=True, timeout=300) -> str:
-    p = sl("ssh", NAME, node, "--", command, check=False, timeout=timeout)
-    if check and p.returncode != 0:
-        raise RuntimeError(f"{command!r} on {node} exited {p.returncode}: {(p.stdout + p.stderr).strip()[-800:]}")
-    return p.stdout
-
-
-class Lab:
-    def __init__(self, home: Path):
-        from lab.store.db import Store
-
-        self.home = home
-        self.st = Store(home / "state.db")
-        self.pool: LoopPool | None = None
-
-    # ------------------------------------------------------------------ what is there
-    def phase(self, node: str) -> str | None:
-        n = self.st.node(NAME, node)
-        return n.phase if n else None
-
-    def node(self, node: str):
-        return self.st.node(NAME, node)
-
-    def full(self) -> bool:
-        c = self.st.cluster(NAME)
-        if c is None:
-            return False
-        nodes = self.st.nodes(NAME)
-        return all(sum(1 for n in nodes if n.grp == g.name and n.phase == "running") == g.target_count
-                   and sum(1 for n in nodes if n.grp == g.name) == g.target_count for g in self.st.groups(NAME))
-
-    def lost(self) -> list[str]:
-        return [f"{n.name}: {n.phase} {n.message}"[:200] for n in self.st.nodes(NAME) if n.phase != "running"]
-
-    def orphans(self) -> list[str]:
-        """Domains and pool volumes of the cluster no node owns; this lab's Vagrant/Ansible processes
-        outside the running engine's process group."""
-        from lab.engine import daemon
-        from lab.host import libvirtd
-        from lab.providers.base import state_disk_name
-
-        c = self.st.cluster(NAME)
-        nodes = {n.name for n in self.st.nodes(NAME)} if c else set()
-        # the controller's state disk belongs to the cluster, not to a node (docs/adr/0007)
-        owned = {state_disk_name(NAME, c.created_at)} if c else set()
-        out = []
-        conn = libvirtd.connect()
-        try:
-            for d in conn.listAllDomains():
-                if d.name().startswith(f"{NAME}-") and d.name() not in nodes:
-                    out.append(f"domain {d.name()}")
-            pool = conn.storagePoolLookupByName(libvirtd.POOL)
-            pool.refresh(0)
-            for v in pool.listAllVolumes():
-                if (v.name().startswith(f"{NAME}-") and v.name() not in owned
-                        and not any(v.name().startswith(n) for n in nodes)):
-                    out.append(f"volume {v.name()}")
-            if not nodes:
-                out += [f"network {n.name()}" for n in conn.listAllNetworks() if NAME in n.name()]
-        finally:
-            conn.close()
-        engine = daemon.running_pid()
-        mark = f"SLURMLAB_HOME={self.home}".encode()
-        for proc in Path("/proc").glob("[0-9]*"):
-            try:
-                if mark not in (proc / "environ").read_bytes().split(b"\0"):
-                    continue
-                cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                pgid = os.getpgid(int(proc.name))
-            except (OSError, ProcessLookupError):
-                continue
-            if int(proc.name) == os.getpid() or pgid == os.getpgid(0) or (engine and pgid == engine):
-                continue
-            if "vagrant" in cmd or "ansible" in cmd:
-                out.append(f"process {proc.name} {cmd[:120]}")
-        return out
-
-    def leftovers(self) -> list[str]:
-        """After the delete: anything of the cluster in libvirt or on disk."""
-        out = self.orphans()
-        if (self.home / "clusters" / NAME).exists():
-            out.append(f"folder {self.home / 'clusters' / NAME}")
-        return out
-
-    # ------------------------------------------------------------------ acting
-    def wait(self, cond: Callable[[], bool], timeout: float, what: str) -> float:
-        t0 = time.monotonic()
-        while not cond():
-            if time.monotonic() - t0 > timeout:
-                raise TimeoutError(f"{what}: not within {timeout:.0f} s")
-            time.sleep(1)
-        return time.monotonic() - t0
-
-    def destroy(self, node: str) -> None:
-        from lab.host import libvirtd
-
-        conn = libvirtd.connect()
-        try:
-            conn.lookupByName(node).destroy()
-        finally:
-            conn.close()
-
-    def paused(self) -> list[str]:
-        """The cluster's domains that are paused."""
-        import libvirt
-
-        from lab.host import libvirtd
-
-        conn = libvirtd.connect()
-        try:
-            return sorted(d.name() for d in conn.listAllDomains()
-                          if d.name().startswith(f"{NAME}-") and d.state()[0] == libvirt.VIR_DOMAIN_PAUSED)
-        finally:
-            conn.close()
-
-    def domains(self) -> list[str]:
-        from lab.host import libvirtd
-
-        conn = libvirtd.connect()
-        try:
-            return sorted(d.name() for d in conn.listAllDomains() if d.name().startswith(f"{NAME}-"))
-        finally:
-            conn.close()
-
-    def domain_running(self, node: str) -> bool:
-        import libvirt
-
-        from lab.host import libvirtd
-
-        conn = libvirtd.connect()
-        try:
-            return conn.lookupByName(node).isActive() == 1
-        except libvirt.libvirtError:
-            return False
-        finally:
-            conn.close()
-
-    def kill_engine(self) -> int:
-        from lab.engine import daemon
-        from lab.osutil import running
-
-        pid = daemon.running_pid()
-        if not pid or pid < 0:
-            raise RuntimeError("no engine to kill")
-        os.kill(pid, signal.SIGKILL)
-        self.wait(lambda: not running(pid), 30, "the engine to die")
-        return pid
-
-    def scale_out(self) -> str:
-        out = sl("batch-add-cluster-nodes", NAME, "compute", "--output", "json").stdout
-        return json.loads(out)["Successful"][0]["NodeLogicalId"]
-
-    def scale_in(self, node: str) -> None:
-        sl("batch-delete-cluster-nodes", NAME, node)
-        self.wait(lambda: self.full() and self.node(node) is None, 900, f"{node} removed")
 
 
 # ---------------------------------------------------------------------------------- scenarios
@@ -309,14 +128,6 @@ def sshd_stopped(lab: Lab, rng: random.Random) -> dict:
                       f"BatchReboot brought it back in {time.time() - t0:.0f} s; srun -N2: {' '.join(hosts)}"}
 
 
-def _then_scale_in(lab: Lab, new: str, recover: float, detail: str, ok: bool = True) -> dict:
-    """A scale-out scenario's row: what was lost or left while the added node ran, then it goes."""
-    lost, orphans = lab.lost(), lab.orphans()
-    lab.scale_in(new)
-    return {"recover_s": round(recover, 1), "survived_extra": ok and not lost and not orphans,
-            "lost_before_scale_in": lost, "orphans_before_scale_in": orphans, "detail": detail + "; then scaled in"}
-
-
 def vm_killed_while_booting(lab: Lab, rng: random.Random) -> dict:
     new = lab.scale_out()
     lab.wait(lambda: lab.phase(new) == "launching" and lab.domain_running(new), 600, f"{new} booting")
@@ -326,20 +137,16 @@ def vm_killed_while_booting(lab: Lab, rng: random.Random) -> dict:
     lab.destroy(new)
     lab.wait(lambda: lab.phase(new) == "running", 1500, f"{new} Running after its domain was destroyed")
     recover = time.time() - t0
-    return _then_scale_in(lab, new, recover, f"{new} destroyed while {killed_in}; Running {recover:.0f} s later")
-
-
-def _sinfo(node: str) -> str:
-    return on("controller", f"sinfo -h -N -n {node} -o %T", check=False).strip()
+    return then_scale_in(lab, new, recover, f"{new} destroyed while {killed_in}; Running {recover:.0f} s later")
 
 
 def slurmd_stopped(lab: Lab, rng: random.Random) -> dict:
-    lab.wait(lambda: _sinfo(C1) == "idle", 300, f"{C1} idle")
+    lab.wait(lambda: sinfo(C1) == "idle", 300, f"{C1} idle")
     t0 = time.time()
     on(C1, "sudo systemctl stop slurmd")
-    down = lab.wait(lambda: "down" in _sinfo(C1) or "*" in _sinfo(C1), 600, "Slurm to call it down")
+    down = lab.wait(lambda: "down" in sinfo(C1) or "*" in sinfo(C1), 600, "Slurm to call it down")
     shown = lab.wait(lambda: (lab.node(C1).slurm or "").startswith("Slurm:"), 120, "the lab to show it")
-    lab.wait(lambda: _sinfo(C1) == "idle" and lab.node(C1).slurm is None, 900, f"{C1} repaired")
+    lab.wait(lambda: sinfo(C1) == "idle" and lab.node(C1).slurm is None, 900, f"{C1} repaired")
     hosts = sorted(on("controller", "srun -p dev -N2 hostname").split())
     steps = [e.description for e in lab.st.events(NAME) if e.time >= t0 and e.node == C1]
     return {"recover_s": round(time.time() - t0, 1), "survived_extra": hosts == [C1, C2],
@@ -355,14 +162,14 @@ PANIC = "sudo sh -c 'echo 1 > /proc/sys/kernel/sysrq; (sleep 1; echo c > /proc/s
 def vm_hung(lab: Lab, rng: random.Random) -> dict:
     """compute-2's kernel panics (sysrq c; kernel.panic=0: its vCPU spins): libvirt says it runs, nothing
     answers. The engine finds it by its silent guest agent (lab/engine/hangs.py) and reboots it."""
-    lab.wait(lambda: _sinfo(C2) == "idle", 300, f"{C2} idle")
+    lab.wait(lambda: sinfo(C2) == "idle", 300, f"{C2} idle")
     iid = lab.node(C2).instance_id
     on(C2, PANIC)
     t0 = time.time()
     found = lab.wait(lambda: any(e.node == C2 and e.time >= t0 and ": hung for " in e.description
                                  for e in lab.st.events(NAME)), 600, f"the engine to find {C2} hung")
     lab.wait(lambda: (n := lab.node(C2)) is not None and n.phase == "running" and (n.joined_at or 0) > t0
-             and n.pending is None and _sinfo(C2) == "idle", 900, f"{C2} back in Slurm")
+             and n.pending is None and sinfo(C2) == "idle", 900, f"{C2} back in Slurm")
     usable = time.time() - t0
     hosts = sorted(on("controller", "srun -p dev -N2 hostname").split())
     same = lab.node(C2).instance_id == iid
@@ -371,25 +178,31 @@ def vm_hung(lab: Lab, rng: random.Random) -> dict:
                       f"Slurm {usable:.0f} s after the panic; srun -N2: {' '.join(hosts)}"}
 
 
-AUTO_RESUME_STEP = ("mkdir -p ~/ar && h=$(hostname) && i=$(cat ~/ar/$h 2>/dev/null || echo 0) && "
-                    "while [ $i -lt 60 ]; do i=$((i + 1)); echo $i > ~/ar/$h; sleep 2; done && echo finished-$h")
+AUTO_RESUME_STEP = ("d=/fsx/ar && h=$(hostname) && i=$(cat $d/$h 2>/dev/null || echo 0) && "
+                    "while [ $i -lt 60 ]; do i=$((i + 1)); echo $i > $d/$h; sleep 2; done && echo finished-$h")
+# A transient unit of its own: a background process of an ssh session need not outlive it, and the
+# controller's $HOME is not the compute nodes' (the step's progress goes to the shared /fsx)
+AUTO_RESUME_RUN = ("sudo systemd-run --unit=faults-auto-resume --collect --uid=vagrant --gid=vagrant "
+                   "-p WorkingDirectory=/fsx sh -c {}")
 
 
 def action_replace_under_auto_resume(lab: Lab, rng: random.Random) -> dict:
     import shlex
 
     iid = lab.node(C2).instance_id
-    on("controller", "rm -rf ~/ar ~/ar.out; (nohup srun --auto-resume=1 -p dev -N2 --ntasks-per-node=1 sh -c "
-       f"{shlex.quote(AUTO_RESUME_STEP)} > ~/ar.out 2>&1; echo exit=$? >> ~/ar.out) > /dev/null 2>&1 &")
-    lab.wait(lambda: on("controller", "cat ~/ar/* 2>/dev/null | wc -l").strip() == "2", 300, "the step on both nodes")
+    step = (f"srun --auto-resume=1 -p dev -N2 --ntasks-per-node=1 sh -c {shlex.quote(AUTO_RESUME_STEP)} "
+            "> /fsx/ar.out 2>&1; echo exit=$? >> /fsx/ar.out")
+    on("controller", "rm -rf /fsx/ar /fsx/ar.out && mkdir /fsx/ar && " + AUTO_RESUME_RUN.format(shlex.quote(step)))
+    lab.wait(lambda: on("controller", "ls /fsx/ar | wc -l").strip() == "2", 300, "the step on both nodes")
     time.sleep(rng.uniform(5, 20))
-    before = on("controller", f"cat ~/ar/{C2}").strip()
+    before = on("controller", f"cat /fsx/ar/{C2}").strip()
     t0 = time.time()
     on("controller", f"sudo scontrol update nodename={C2} state=down reason='Action:Replace'")
     lab.wait(lambda: lab.node(C2).instance_id != iid and lab.node(C2).phase == "running", 1500, f"{C2} replaced")
     replaced = time.time() - t0
-    lab.wait(lambda: "exit=" in on("controller", "cat ~/ar.out"), 900, "the step to end")
-    out = on("controller", "cat ~/ar.out")
+    lab.wait(lambda: "exit=" in on("controller", "cat /fsx/ar.out"), 900, "the step to end")
+    out = on("controller", "cat /fsx/ar.out")
+    on("controller", "rm -rf /fsx/ar /fsx/ar.out", check=False)
     ok = "exit=0" in out and "starting the step again" in out and f"finished-{C2}" in out
     return {"recover_s": round(time.time() - t0, 1), "survived_extra": ok, "replaced_after_s": round(replaced, 1),
             "detail": f"{C2} replaced (new instance, same name) {replaced:.0f} s after Action:Replace at step {before}/60; "
@@ -441,7 +254,7 @@ def host_memory_too_small(lab: Lab, rng: random.Random) -> dict:
     lab.wait(lambda: lab.phase(new) == "running", 1500, f"{new} Running once the memory was back")
     recover = time.time() - t0
     same_engine = daemon.running_pid() == engine
-    return _then_scale_in(lab, new, recover, f"refused: '{refused[:160]}'; Running {recover:.0f} s after the memory "
+    return then_scale_in(lab, new, recover, f"refused: '{refused[:160]}'; Running {recover:.0f} s after the memory "
                           f"came back; engine {'kept running' if same_engine else 'was restarted'}", ok=same_engine)
 
 
@@ -463,7 +276,7 @@ def libvirtd_restart_in_scale_out(lab: Lab, rng: random.Random) -> dict:
     lab.wait(lambda: lab.phase(new) == "running" and lab.st.cluster(NAME).unobserved_since is None, 1500,
              f"{new} Running after libvirtd came back")
     recover = time.time() - t0
-    return _then_scale_in(lab, new, recover, f"libvirtd down 15 s while {new} launched; cluster marked stale: "
+    return then_scale_in(lab, new, recover, f"libvirtd down 15 s while {new} launched; cluster marked stale: "
                           f"{stale}; {new} Running {recover:.0f} s after libvirtd was stopped", ok=stale)
 
 
@@ -483,19 +296,9 @@ class LoopPool:
         self.dev = subprocess.run(["losetup", "--find", "--show", str(self.image)], check=True, capture_output=True,
                                   text=True).stdout.strip()
         subprocess.run(["mount", self.dev, str(self.root)], check=True)
-        self._in_libvirtd("mount", self.dev, str(self.root))
+        in_libvirtd("mount", self.dev, str(self.root))
         self.pool.mkdir()
         os.environ.update(SLURMLAB_POOL=self.name, SLURMLAB_POOL_DIR=str(self.pool))
-
-    @staticmethod
-    def _in_libvirtd(*command: str) -> None:
-        """The same in libvirtd's mount namespace (`ip netns exec` gave it one; a mount made here after
-        it started does not reach it). A libvirtd started later copies ours."""
-        from lab.host import libvirtd
-
-        pid = libvirtd.daemon_state("libvirtd").pid
-        if pid and os.readlink(f"/proc/{pid}/ns/mnt") != os.readlink("/proc/self/ns/mnt"):
-            subprocess.run(["nsenter", "-t", str(pid), "-m", *command], check=False)
 
     def free(self) -> int:
         from lab.providers import disk
@@ -541,7 +344,7 @@ class LoopPool:
                 pool.undefine()
             finally:
                 conn.close()
-        self._in_libvirtd("umount", str(self.root))
+        in_libvirtd("umount", str(self.root))
         subprocess.run(["umount", str(self.root)], check=False)
         subprocess.run(["losetup", "-d", self.dev], check=False)
         self.image.unlink(missing_ok=True)
@@ -583,7 +386,7 @@ def pool_disk_full(lab: Lab, rng: random.Random) -> dict:
              and not any((n.message or "").startswith("paused") for n in lab.st.nodes(NAME)), 1500,
              f"{new} Running and every VM resumed")
     recover = time.time() - t0
-    return _then_scale_in(lab, new, recover, f"refused: '{refused[:150]}'; then full while {new} booted: "
+    return then_scale_in(lab, new, recover, f"refused: '{refused[:150]}'; then full while {new} booted: "
                           f"paused {', '.join(sorted(set(paused))) or 'none'}, marked {len(marks)} ('{shown[:90]}'); "
                           f"all Running {recover:.0f} s after space came back", ok=bool(paused and marks))
 
@@ -612,8 +415,8 @@ def delete_interrupted(lab: Lab, rng: random.Random) -> dict:
 
 
 SCENARIOS = [engine_sigkill_during_create, vm_killed_after_join, sshd_stopped, slurmd_stopped, vm_hung,
-             action_replace_under_auto_resume, vm_killed_while_booting,
-             host_memory_too_small, libvirtd_restart_in_scale_out, pool_disk_full, delete_interrupted]
+             action_replace_under_auto_resume, vm_killed_while_booting, host_memory_too_small,
+             libvirtd_restart_in_scale_out, pool_disk_full, *faults_parts.SCENARIOS, delete_interrupted]
 
 
 def run(lab: Lab, fn, rng: random.Random) -> dict:

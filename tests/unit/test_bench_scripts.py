@@ -37,7 +37,7 @@ from lab.providers.base import Start
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench"
 SCRIPTS = ["engine_scale", "api_latency", "cluster_timeline", "checkpoint_restore", "faults", "naive", "phases",
-           "timeline_png", "room", "jupyter_hub", "onecluster", "configure_times"]
+           "timeline_png", "room", "jupyter_hub", "onecluster", "configure_times", "faultlab", "faults_parts"]
 CLI_SCRIPTS = ["engine_scale", "api_latency", "cluster_timeline", "checkpoint_restore", "faults", "room", "jupyter_hub",
                "configure_times"]
 
@@ -187,7 +187,8 @@ def cli_problems(source: str, where: str = "<source>") -> list[str]:
     return problems if seen or "sl(" not in source else [f"{where}: no slurmlab command found"]
 
 
-@pytest.mark.parametrize("name", ["cluster_timeline", "checkpoint_restore", "faults", "room", "jupyter_hub"])
+@pytest.mark.parametrize("name", ["cluster_timeline", "checkpoint_restore", "faults", "faults_parts", "room",
+                                  "jupyter_hub"])
 def test_the_slurmlab_commands_a_script_runs_exist(name):
     path = BENCH / f"{name}.py"
     assert list(_cli_invocations(path.read_text())), "the script runs slurmlab commands: the scan must see them"
@@ -519,8 +520,10 @@ def test_faults_spec_and_scenarios():
     s = loads_spec(faults.SPEC)
     assert s.name == faults.NAME and [g.InstanceCount for g in s.InstanceGroups] == [1, 2]
     names = [fn.__name__ for fn in faults.SCENARIOS]
-    assert len(set(names)) == len(names) == 11 and names[0] == "engine_sigkill_during_create"
-    assert {"slurmd_stopped", "action_replace_under_auto_resume", "vm_hung"} <= set(names)  # issues 26, 45
+    assert len(set(names)) == len(names) == 17 and names[0] == "engine_sigkill_during_create"
+    assert names[-1] == "delete_interrupted"
+    assert {"slurmd_stopped", "action_replace_under_auto_resume", "vm_hung", "slurmctld_killed", "controller_destroyed",
+            "node_cut_off", "nfs_stalled", "disk_full_during_checkpoint", "engine_killed_during_fork"} <= set(names)
 
 
 class _Lab:

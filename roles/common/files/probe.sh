@@ -25,7 +25,7 @@ done
   esac
 done
 # shellcheck disable=SC2086 # $b below: the unit's Key=Value words
-{ systemctl show --property=Id --property=LoadState --property=ActiveState \
+{ systemctl show --property=Id --property=LoadState --property=ActiveState --property=Restart \
     munge slurmd sackd slurmctld chrony mariadb slurmdbd; echo; } | while IFS= read -r l; do
   case "$l" in
     "") for x in $b; do echo "${u}_$x"; done; b="" ;;
