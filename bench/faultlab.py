@@ -32,6 +32,8 @@ InstanceGroups:
     LifeCycleConfig: {{SourceS3Uri: {REPO / 'examples' / 'lifecycle'}, OnCreate: on_create.sh}}
 """
 C1, C2 = f"{NAME}-compute-1", f"{NAME}-compute-2"
+# a kernel panic (kernel.panic=0: the vCPU spins): libvirt says the VM runs, nothing in it answers
+PANIC = "sudo sh -c 'echo 1 > /proc/sys/kernel/sysrq; (sleep 1; echo c > /proc/sysrq-trigger) >/dev/null 2>&1 &'"
 
 
 def say(msg: str) -> None:
@@ -54,31 +56,31 @@ def on(node: str, command: str, check=True, timeout=300) -> str:
 
 
 class Lab:
-    def __init__(self, home: Path):
+    def __init__(self, home: Path, name: str = NAME):
         from lab.store.db import Store
 
-        self.home = home
+        self.home, self.name = home, name
         self.st = Store(home / "state.db")
         self.pool = None  # bench.faults.LoopPool when the run has a pool of its own
 
     # ------------------------------------------------------------------ what is there
     def phase(self, node: str) -> str | None:
-        n = self.st.node(NAME, node)
+        n = self.st.node(self.name, node)
         return n.phase if n else None
 
     def node(self, node: str):
-        return self.st.node(NAME, node)
+        return self.st.node(self.name, node)
 
     def full(self) -> bool:
-        c = self.st.cluster(NAME)
+        c = self.st.cluster(self.name)
         if c is None:
             return False
-        nodes = self.st.nodes(NAME)
+        nodes = self.st.nodes(self.name)
         return all(sum(1 for n in nodes if n.grp == g.name and n.phase == "running") == g.target_count
-                   and sum(1 for n in nodes if n.grp == g.name) == g.target_count for g in self.st.groups(NAME))
+                   and sum(1 for n in nodes if n.grp == g.name) == g.target_count for g in self.st.groups(self.name))
 
     def lost(self) -> list[str]:
-        return [f"{n.name}: {n.phase} {n.message}"[:200] for n in self.st.nodes(NAME) if n.phase != "running"]
+        return [f"{n.name}: {n.phase} {n.message}"[:200] for n in self.st.nodes(self.name) if n.phase != "running"]
 
     def orphans(self) -> list[str]:
         """Domains and pool volumes of the cluster no node owns; this lab's Vagrant/Ansible processes
@@ -87,24 +89,24 @@ class Lab:
         from lab.host import libvirtd
         from lab.providers.base import state_disk_name
 
-        c = self.st.cluster(NAME)
-        nodes = {n.name for n in self.st.nodes(NAME)} if c else set()
+        c = self.st.cluster(self.name)
+        nodes = {n.name for n in self.st.nodes(self.name)} if c else set()
         # the controller's state disk belongs to the cluster, not to a node (docs/adr/0007)
-        owned = {state_disk_name(NAME, c.created_at)} if c else set()
+        owned = {state_disk_name(self.name, c.created_at)} if c else set()
         out = []
         conn = libvirtd.connect()
         try:
             for d in conn.listAllDomains():
-                if d.name().startswith(f"{NAME}-") and d.name() not in nodes:
+                if d.name().startswith(f"{self.name}-") and d.name() not in nodes:
                     out.append(f"domain {d.name()}")
             pool = conn.storagePoolLookupByName(libvirtd.POOL)
             pool.refresh(0)
             for v in pool.listAllVolumes():
-                if (v.name().startswith(f"{NAME}-") and v.name() not in owned
+                if (v.name().startswith(f"{self.name}-") and v.name() not in owned
                         and not any(v.name().startswith(n) for n in nodes)):
                     out.append(f"volume {v.name()}")
             if not nodes:
-                out += [f"network {n.name()}" for n in conn.listAllNetworks() if NAME in n.name()]
+                out += [f"network {n.name()}" for n in conn.listAllNetworks() if self.name in n.name()]
         finally:
             conn.close()
         engine = daemon.running_pid()
@@ -126,8 +128,8 @@ class Lab:
     def leftovers(self) -> list[str]:
         """After the delete: anything of the cluster in libvirt or on disk."""
         out = self.orphans()
-        if (self.home / "clusters" / NAME).exists():
-            out.append(f"folder {self.home / 'clusters' / NAME}")
+        if (self.home / "clusters" / self.name).exists():
+            out.append(f"folder {self.home / 'clusters' / self.name}")
         return out
 
     # ------------------------------------------------------------------ acting
@@ -157,7 +159,7 @@ class Lab:
         conn = libvirtd.connect()
         try:
             return sorted(d.name() for d in conn.listAllDomains()
-                          if d.name().startswith(f"{NAME}-") and d.state()[0] == libvirt.VIR_DOMAIN_PAUSED)
+                          if d.name().startswith(f"{self.name}-") and d.state()[0] == libvirt.VIR_DOMAIN_PAUSED)
         finally:
             conn.close()
 
@@ -166,7 +168,7 @@ class Lab:
 
         conn = libvirtd.connect()
         try:
-            return sorted(d.name() for d in conn.listAllDomains() if d.name().startswith(f"{NAME}-"))
+            return sorted(d.name() for d in conn.listAllDomains() if d.name().startswith(f"{self.name}-"))
         finally:
             conn.close()
 
@@ -195,11 +197,11 @@ class Lab:
         return pid
 
     def scale_out(self) -> str:
-        out = sl("batch-add-cluster-nodes", NAME, "compute", "--output", "json").stdout
+        out = sl("batch-add-cluster-nodes", self.name, "compute", "--output", "json").stdout
         return json.loads(out)["Successful"][0]["NodeLogicalId"]
 
     def scale_in(self, node: str) -> None:
-        sl("batch-delete-cluster-nodes", NAME, node)
+        sl("batch-delete-cluster-nodes", self.name, node)
         self.wait(lambda: self.full() and self.node(node) is None, 900, f"{node} removed")
 
 

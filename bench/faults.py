@@ -66,7 +66,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench import faults_parts  # noqa: E402
-from bench.faultlab import C1, C2, NAME, SPEC, Lab, in_libvirtd, on, say, sinfo, sl, then_scale_in  # noqa: E402
+from bench.faultlab import C1, C2, NAME, PANIC, SPEC, Lab, in_libvirtd, on, say, sinfo, sl, then_scale_in  # noqa: E402
 
 POOL_NOT_RUN = "not run: --pool-mib 0 (the lab's own pool, on the host's disk, is never filled)"
 
@@ -156,7 +156,6 @@ def slurmd_stopped(lab: Lab, rng: random.Random) -> dict:
                       f"srun -N2: {' '.join(hosts)}"}
 
 
-PANIC = "sudo sh -c 'echo 1 > /proc/sys/kernel/sysrq; (sleep 1; echo c > /proc/sysrq-trigger) >/dev/null 2>&1 &'"
 
 
 def vm_hung(lab: Lab, rng: random.Random) -> dict:

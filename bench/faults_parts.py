@@ -89,7 +89,7 @@ def controller_destroyed(lab: Lab, rng: random.Random) -> dict:
                       f"{kept or 'missing'}; srun -N2: {' '.join(hosts)}"}
 
 
-def _set_link(lab: Lab, node: str, state: str) -> None:
+def set_link(cluster: str, node: str, state: str) -> None:
     """The node's interface on the cluster's network up or down (the guest sees its link go)."""
     import libvirt
 
@@ -101,14 +101,14 @@ def _set_link(lab: Lab, node: str, state: str) -> None:
         dom = conn.lookupByName(node)
         for iface in ET.fromstring(dom.XMLDesc(0)).findall("devices/interface"):
             src = iface.find("source")
-            if src is not None and src.get("network") == network.net_name(NAME):
+            if src is not None and src.get("network") == network.net_name(cluster):
                 link = iface.find("link")
                 if link is None:
                     link = ET.SubElement(iface, "link")
                 link.set("state", state)
                 dom.updateDeviceFlags(ET.tostring(iface, encoding="unicode"), libvirt.VIR_DOMAIN_AFFECT_LIVE)
                 return
-        raise RuntimeError(f"{node} has no interface on {network.net_name(NAME)}")
+        raise RuntimeError(f"{node} has no interface on {network.net_name(cluster)}")
     finally:
         conn.close()
 
@@ -117,7 +117,7 @@ def node_cut_off(lab: Lab, rng: random.Random) -> dict:
     lab.wait(lambda: sinfo(C1) == "idle", 300, f"{C1} idle")
     iid = lab.node(C1).instance_id
     t0 = time.time()
-    _set_link(lab, C1, "down")
+    set_link(NAME, C1, "down")
     states = set()
     try:
         end = time.monotonic() + 90
@@ -125,7 +125,7 @@ def node_cut_off(lab: Lab, rng: random.Random) -> dict:
             states.add(sinfo(C1))
             time.sleep(10)
     finally:
-        _set_link(lab, C1, "up")
+        set_link(NAME, C1, "up")
     t_up = time.time()
     lab.wait(lambda: (n := lab.node(C1)) is not None and n.phase == "running" and n.pending is None
              and sinfo(C1) == "idle", 900, f"{C1} idle again")

@@ -37,7 +37,7 @@ from lab.providers.base import Start
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench"
 SCRIPTS = ["engine_scale", "api_latency", "cluster_timeline", "checkpoint_restore", "faults", "naive", "phases",
-           "timeline_png", "room", "jupyter_hub", "onecluster", "configure_times", "faultlab", "faults_parts"]
+           "timeline_png", "room", "jupyter_hub", "onecluster", "configure_times", "faultlab", "faults_parts", "class_day"]
 CLI_SCRIPTS = ["engine_scale", "api_latency", "cluster_timeline", "checkpoint_restore", "faults", "room", "jupyter_hub",
                "configure_times"]
 
@@ -188,7 +188,7 @@ def cli_problems(source: str, where: str = "<source>") -> list[str]:
 
 
 @pytest.mark.parametrize("name", ["cluster_timeline", "checkpoint_restore", "faults", "faults_parts", "room",
-                                  "jupyter_hub"])
+                                  "jupyter_hub", "class_day"])
 def test_the_slurmlab_commands_a_script_runs_exist(name):
     path = BENCH / f"{name}.py"
     assert list(_cli_invocations(path.read_text())), "the script runs slurmlab commands: the scan must see them"
@@ -777,3 +777,44 @@ def test_configure_times_sums_each_host_s_tasks_and_names_the_slowest(tmp_path):
     assert ctl["slowest"] == [[15.5, "Start MariaDB"], [3.1, "Read the node's state"], [1.2, "Wait for slurmctld"]]
     assert r["hosts"]["cmp"]["tasks"] == 1
     assert configure_times.cluster_runs(tmp_path / "clusters" / "none") == []
+
+
+# ------------------------------------------------------------------------------------ class_day.py
+def test_class_day_reads_every_run_of_each_job():
+    from bench import class_day as cd
+
+    runs = cd.runs_by_name("cd-user01-1|17|COMPLETED\ncd-user01-2|18|NODE_FAIL\ncd-user01-2|18|COMPLETED\n"
+                           "cd-user02-1|19_1|COMPLETED\ncd-user02-1|19_2|CANCELLED by 1001\n\n|x|y\n")
+    assert runs == {"cd-user01-1": {"17": ["COMPLETED"]}, "cd-user01-2": {"18": ["NODE_FAIL", "COMPLETED"]},
+                    "cd-user02-1": {"19_1": ["COMPLETED"], "19_2": ["CANCELLED"]}}
+
+
+@pytest.mark.parametrize("kind,tasks,said,want", [
+    ("batch", {"17": ["COMPLETED"]}, "", "completed"),
+    ("batch", {"17": ["NODE_FAIL", "COMPLETED"]}, "", "rerun"),  # requeued by Slurm
+    ("resume", {"20": ["COMPLETED"]}, "srun --auto-resume: starting the step again", "rerun"),
+    ("srun", {"21": ["NODE_FAIL"]}, "srun: error: node failure", "by_fault"),
+    ("batch", {"22": ["FAILED"]}, "", "other"),
+    ("batch", {"23": ["RUNNING"]}, "", "lost"),  # no final state after the drain
+    ("batch", None, "", "lost"),
+    ("array", {"24_1": ["COMPLETED"], "24_2": ["COMPLETED"]}, "", "lost"),  # a task missing
+    ("array", {f"24_{i}": ["COMPLETED"] for i in (1, 2, 3)}, "", "completed"),
+])
+def test_class_day_verdict(kind, tasks, said, want):
+    from bench import class_day as cd
+
+    assert cd.verdict(kind, tasks, said) == want
+
+
+def test_class_day_tally_and_schedule():
+    from bench import class_day as cd
+
+    sub = [{"name": "a", "kind": "batch", "student": "user01", "at_s": 1.0},
+           {"name": "b", "kind": "srun", "student": "user02", "at_s": 2.0}]
+    t = cd.tally(sub, {"a": {"1": ["COMPLETED"]}})
+    assert (t["submitted"], t["completed"], t["lost"]) == (2, 1, 1) and t["lost_jobs"][0]["name"] == "b"
+    assert t["by_kind"]["srun"]["lost"] == 1
+    s = cd.schedule(35, True)
+    assert [f for _, f in s] == list(cd.FAULTS) and s[0][0] == 300.0 and s[-1][0] == 1800.0
+    assert cd.schedule(35, False) == []
+    assert {cd.pick(random.Random(i)) for i in range(200)} == {k for k, _ in cd.KINDS}
