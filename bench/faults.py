@@ -111,8 +111,9 @@ def vm_killed_after_join(lab: Lab, rng: random.Random) -> dict:
 
 
 def sshd_stopped(lab: Lab, rng: random.Random) -> dict:
+    # the sessions too: kept connections (ControlMaster, the engine's and `slurmlab ssh`'s) outlive sshd
     on(C1, "sudo systemd-run --on-active=1 --unit=faults-stop-ssh sh -c "
-           "'systemctl stop ssh.socket 2>/dev/null; systemctl stop ssh.service'")
+           "'systemctl stop ssh.socket 2>/dev/null; systemctl stop ssh.service; loginctl terminate-user vagrant'")
     # the guest takes seconds to run the timer (TCG): wait until a new ssh login is refused
     deadline, unreachable = time.monotonic() + 90, False
     while not unreachable and time.monotonic() < deadline:
