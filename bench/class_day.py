@@ -28,7 +28,8 @@ drains, and sacct (with -D: every run of a requeued job) says what became of eac
   by_fault    it ended NODE_FAIL (or its srun failed with its node) and did not ask to run again
   rerun       a run ended NODE_FAIL, and a later run (a requeue, an --auto-resume restart) COMPLETED
   other       it ended otherwise (FAILED, CANCELLED, TIMEOUT ...)
-  lost        no final state in sacct (the goal is 0)
+  refused     the student's command failed and Slurm has no record of it (the student was told)
+  lost        no final state in sacct although the command succeeded (the goal is 0)
 
 The engine's CPU and memory are sampled every 15 s. At the end the cluster is deleted and what it left
 in libvirt, on disk or as processes is listed (the goal is nothing).
@@ -83,48 +84,49 @@ def pick(rng: random.Random) -> str:
 
 # ------------------------------------------------------------------------------------ what became of it
 def runs_by_name(sacct: str) -> dict[str, dict[str, list[str]]]:
-    """`sacct -a -D -X -n -P -o JobName,JobID,State` lines -> name -> task (JobID without the run) -> its
-    runs' states, oldest first ("CANCELLED by 1001" is CANCELLED)."""
+    """`sacct -a -D -X -n -P -o JobName,JobID,State` lines -> name -> task -> the states of its runs, oldest
+    first. The task is an array job's index ("" for other jobs), so that every run of one piece of work is
+    in one list: a requeue (the same JobID again) and an --auto-resume restart (a new job of the same
+    name). "CANCELLED by 1001" is CANCELLED."""
     out: dict[str, dict[str, list[str]]] = {}
     for line in sacct.splitlines():
         parts = line.split("|")
-        if len(parts) < 3 or not parts[0]:
+        if len(parts) < 3 or not parts[0] or not parts[2].split():
             continue
-        name, jobid, state = parts[0], parts[1], parts[2].split()[0] if parts[2].split() else ""
-        out.setdefault(name, {}).setdefault(jobid, []).append(state)
+        name, jobid, state = parts[0], parts[1], parts[2].split()[0]
+        task = jobid.split("_", 1)[1] if "_" in jobid else ""
+        out.setdefault(name, {}).setdefault(task, []).append(state)
     return out
 
 
-def verdict(kind: str, tasks: dict[str, list[str]] | None, said: str) -> str:
-    """completed, rerun, by_fault, other or lost: what became of one submission (see the docstring).
-    `said`: what the student's command printed (an srun that failed with its node says so)."""
+def verdict(kind: str, tasks: dict[str, list[str]] | None, rc: int | None) -> str:
+    """completed, rerun, by_fault, other, refused or lost: what became of one submission (the docstring
+    says which is which). `rc`: the student's command's exit status."""
     if not tasks:
+        return "refused" if rc not in (0, None) else "lost"
+    if (kind == "array" and len(tasks) < 3) or any(not runs or runs[-1] not in FINAL for runs in tasks.values()):
         return "lost"
-    want = 3 if kind == "array" else 1
-    finals = [runs[-1] for runs in tasks.values() if runs and runs[-1] in FINAL]
-    if len(finals) < min(want, len(tasks)) or any(runs[-1] not in FINAL for runs in tasks.values()):
-        return "lost"
-    if kind == "array" and len(tasks) < want:
-        return "lost"
+    finals = [runs[-1] for runs in tasks.values()]
     if all(f == "COMPLETED" for f in finals):
         hit = any(s in BY_NODE or s == "REQUEUED" for runs in tasks.values() for s in runs[:-1])
-        return "rerun" if hit or "starting the step again" in said else "completed"
+        return "rerun" if hit else "completed"
     if any(f in BY_NODE for f in finals):
         return "by_fault"
     return "other"
 
 
 def tally(submitted: list[dict], runs: dict[str, dict[str, list[str]]]) -> dict:
-    counts = dict.fromkeys(("completed", "rerun", "by_fault", "other", "lost"), 0)
+    counts = dict.fromkeys(("completed", "rerun", "by_fault", "other", "refused", "lost"), 0)
     by_kind: dict[str, dict[str, int]] = {}
     lost = []
     for s in submitted:
-        v = verdict(s["kind"], runs.get(s["name"]), s.get("said", ""))
+        v = verdict(s["kind"], runs.get(s["name"]), s.get("rc"))
         counts[v] += 1
         by_kind.setdefault(s["kind"], dict.fromkeys(counts, 0))[v] += 1
-        if v == "lost":
-            lost.append({k: s[k] for k in ("name", "kind", "student", "at_s")} | {"runs": runs.get(s["name"])})
-    return {"submitted": len(submitted), **counts, "by_kind": by_kind, "lost_jobs": lost[:20]}
+        if v in ("lost", "other", "refused"):
+            lost.append({k: s.get(k) for k in ("name", "kind", "student", "at_s", "rc", "said")}
+                        | {"verdict": v, "runs": runs.get(s["name"])})
+    return {"submitted": len(submitted), **counts, "by_kind": by_kind, "not_done": lost[:30]}
 
 
 def schedule(minutes: float, faults: bool) -> list[tuple[float, str]]:
@@ -328,7 +330,6 @@ def main(argv: list[str] | None = None) -> None:
     res["engine"] = use.stop()
     res["faults"] = faults
     res["jobs"] = tally(submitted, runs_by_name(sacct))
-    res["submit_failed"] = sum(1 for s in submitted if s.get("rc") not in (0,) and s["kind"] in ("batch", "array"))
     sl("delete-cluster", name, timeout=1200)
     res["leftovers"] = day.lab.leftovers()
     sl("engine", "stop")
@@ -337,7 +338,7 @@ def main(argv: list[str] | None = None) -> None:
     print(json.dumps(res, indent=2))
     j = res["jobs"]
     say(f"{j['submitted']} submitted: {j['completed']} completed, {j['rerun']} ran again after a fault, "
-        f"{j['by_fault']} ended by a fault, {j['other']} otherwise, {j['lost']} lost; leftovers: "
+        f"{j['by_fault']} ended by a fault, {j['other']} otherwise, {j['refused']} refused, {j['lost']} lost; leftovers: "
         f"{len(res['leftovers'])}; engine {res['engine']['cpu_percent']} % CPU, {res['engine']['rss_mib_max']} MiB")
     sys.exit(0 if j["lost"] == 0 and not res["leftovers"] else 1)
 

@@ -784,35 +784,39 @@ def test_class_day_reads_every_run_of_each_job():
     from bench import class_day as cd
 
     runs = cd.runs_by_name("cd-user01-1|17|COMPLETED\ncd-user01-2|18|NODE_FAIL\ncd-user01-2|18|COMPLETED\n"
-                           "cd-user02-1|19_1|COMPLETED\ncd-user02-1|19_2|CANCELLED by 1001\n\n|x|y\n")
-    assert runs == {"cd-user01-1": {"17": ["COMPLETED"]}, "cd-user01-2": {"18": ["NODE_FAIL", "COMPLETED"]},
-                    "cd-user02-1": {"19_1": ["COMPLETED"], "19_2": ["CANCELLED"]}}
+                           "cd-user02-1|19_1|COMPLETED\ncd-user02-1|19_2|CANCELLED by 1001\n\n|x|y\n"
+                           "cd-user03-1|20|NODE_FAIL\ncd-user03-1|21|COMPLETED\n")
+    assert runs == {"cd-user01-1": {"": ["COMPLETED"]}, "cd-user01-2": {"": ["NODE_FAIL", "COMPLETED"]},
+                    "cd-user02-1": {"1": ["COMPLETED"], "2": ["CANCELLED"]},
+                    "cd-user03-1": {"": ["NODE_FAIL", "COMPLETED"]}}  # an --auto-resume restart: a new job
 
 
-@pytest.mark.parametrize("kind,tasks,said,want", [
-    ("batch", {"17": ["COMPLETED"]}, "", "completed"),
-    ("batch", {"17": ["NODE_FAIL", "COMPLETED"]}, "", "rerun"),  # requeued by Slurm
-    ("resume", {"20": ["COMPLETED"]}, "srun --auto-resume: starting the step again", "rerun"),
-    ("srun", {"21": ["NODE_FAIL"]}, "srun: error: node failure", "by_fault"),
-    ("batch", {"22": ["FAILED"]}, "", "other"),
-    ("batch", {"23": ["RUNNING"]}, "", "lost"),  # no final state after the drain
-    ("batch", None, "", "lost"),
-    ("array", {"24_1": ["COMPLETED"], "24_2": ["COMPLETED"]}, "", "lost"),  # a task missing
-    ("array", {f"24_{i}": ["COMPLETED"] for i in (1, 2, 3)}, "", "completed"),
+@pytest.mark.parametrize("kind,tasks,rc,want", [
+    ("batch", {"": ["COMPLETED"]}, 0, "completed"),
+    ("batch", {"": ["NODE_FAIL", "COMPLETED"]}, 0, "rerun"),  # requeued by Slurm
+    ("batch", {"": ["REQUEUED", "COMPLETED"]}, 0, "rerun"),
+    ("resume", {"": ["NODE_FAIL", "COMPLETED"]}, 0, "rerun"),
+    ("srun", {"": ["NODE_FAIL"]}, 1, "by_fault"),
+    ("batch", {"": ["FAILED"]}, 0, "other"),
+    ("batch", {"": ["RUNNING"]}, 0, "lost"),  # no final state after the drain
+    ("batch", None, 0, "lost"),
+    ("batch", None, 1, "refused"),
+    ("array", {"1": ["COMPLETED"], "2": ["COMPLETED"]}, 0, "lost"),  # a task missing
+    ("array", {i: ["COMPLETED"] for i in "123"}, 0, "completed"),
 ])
-def test_class_day_verdict(kind, tasks, said, want):
+def test_class_day_verdict(kind, tasks, rc, want):
     from bench import class_day as cd
 
-    assert cd.verdict(kind, tasks, said) == want
+    assert cd.verdict(kind, tasks, rc) == want
 
 
 def test_class_day_tally_and_schedule():
     from bench import class_day as cd
 
-    sub = [{"name": "a", "kind": "batch", "student": "user01", "at_s": 1.0},
-           {"name": "b", "kind": "srun", "student": "user02", "at_s": 2.0}]
-    t = cd.tally(sub, {"a": {"1": ["COMPLETED"]}})
-    assert (t["submitted"], t["completed"], t["lost"]) == (2, 1, 1) and t["lost_jobs"][0]["name"] == "b"
+    sub = [{"name": "a", "kind": "batch", "student": "user01", "at_s": 1.0, "rc": 0},
+           {"name": "b", "kind": "srun", "student": "user02", "at_s": 2.0, "rc": 0}]
+    t = cd.tally(sub, {"a": {"": ["COMPLETED"]}})
+    assert (t["submitted"], t["completed"], t["lost"]) == (2, 1, 1) and t["not_done"][0]["name"] == "b"
     assert t["by_kind"]["srun"]["lost"] == 1
     s = cd.schedule(35, True)
     assert [f for _, f in s] == list(cd.FAULTS) and s[0][0] == 300.0 and s[-1][0] == 1800.0
