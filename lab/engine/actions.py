@@ -13,16 +13,8 @@ from lab.capacity import launch_fault
 from lab.configure.base import ConfigureError, warnings_of
 from lab.engine.backends import Backends
 from lab.engine.bookkeeping import HEALTH_CHECK, Records, health_outcome
-from lab.engine.plan import (
-    HEALTH_CHECKING,
-    HEALTH_MARKS,
-    MOVE_ATTACH,
-    MOVE_DETACH,
-    NO_RETRY,
-    UPDATE_DRAIN,
-    Action,
-    node_recovery,
-)
+from lab.engine.plan import (HEALTH_CHECKING, HEALTH_MARKS, MOVE_ATTACH, MOVE_DETACH, NO_RETRY, UPDATE_DRAIN, Action,
+                             node_recovery)
 from lab.box.releases import of_box as release_of_box
 from lab.engine.rolling import Rollout, cluster_box
 from lab.engine.states import Kind, Phase, Status
@@ -140,26 +132,30 @@ class Steps:
                                  grp=a.group, node=a.node, operation_id=self.rec.op_of(cluster, a.node, a.group))
 
     async def _slurm_batch(self, cluster: str, a: Action, ctx, before: dict, after: dict, verb: str) -> list[str]:
-        """`after` values NOW become the time the configurer returned."""
-        """A join or a leave: the batch's rows before, the configurer's one slurm.conf change, the rows after."""
+        """A join or a leave: rows before, the one slurm.conf change, rows after (NOW: when it returned), for the
+        nodes still on their VM (one replaced meanwhile joins once its new VM is configured): those nodes."""
         conf = self.io.configurer_for(self.rec.snap[cluster][0])
         batch = list(a.batch)
         with self.store.tx():
             for n in batch:
                 self.store.update_node(cluster, n, **before)
+        generation = {n: r.generation for n in batch if (r := self.store.node(cluster, n)) is not None}
         self.stats[verb + "s"] += 1
         await (conf.join_async if verb == "join" else conf.leave_async)(ctx, batch)
         now = self.clock()
         after = {k: now if v is NOW else v for k, v in after.items()}
+        same = [n for n in batch if (r := self.store.node(cluster, n)) is not None and r.generation == generation.get(n)]
         with self.store.tx():
-            for n in batch:
+            for n in same:
                 self.store.update_node(cluster, n, **after)
-        return batch
+        return same
 
     async def _do_join(self, cluster: str, a: Action, ctx=None) -> None:
         self.stats["joined_nodes"] += len(a.batch)
         batch = await self._slurm_batch(cluster, a, ctx, {"phase": Phase.JOINING, "message": "joining Slurm"},
                                         {"phase": Phase.RUNNING, "joined_at": NOW, "message": "", "attempts": 0}, "join")
+        if not batch:
+            return
         rows = [r for r in (self.store.node(cluster, n) for n in batch) if r is not None]
         for r in rows:
             if r.pending == MOVE_ATTACH:  # a moved node's attach ends with its join
@@ -178,6 +174,8 @@ class Steps:
         batch = await self._slurm_batch(cluster, a, ctx,
                                         {"phase": Phase.REMOVING, "message": "draining (Slurm) before removal"},
                                         {"joined_at": None, "message": "out of Slurm; removing the VM"}, "leave")
+        if not batch:
+            return
         self.store.add_event(cluster, "InstanceGroup", "Info",
                              f"{len(batch)} node(s) drained and removed from slurm.conf: {', '.join(batch[:20])}")
 

@@ -174,6 +174,17 @@ def _end_orphans_of_previous_engine() -> None:
         pass
 
 
+def _end_left_builds() -> None:
+    """Role templates' build VMs whose engine was killed mid-build (lab/providers/buildaddresses.py)."""
+    from lab.providers import buildaddresses, roletemplates
+
+    try:
+        for name in buildaddresses.end_left(roletemplates.root()):
+            log.info("ended the role template build VM %s: the engine that built it was killed", name)
+    except Exception as e:  # noqa: BLE001 - the next build given its address ends it too
+        log.warning("could not look for left role template build VMs: %s", e)
+
+
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     paths.home().mkdir(parents=True, exist_ok=True)
@@ -184,6 +195,7 @@ def main() -> None:
         log.info("another engine holds %s: exiting", lock_path())
         return
     _end_orphans_of_previous_engine()
+    _end_left_builds()
     pid_path().write_text(str(os.getpid()))
     log.info("engine %d started, state %s", os.getpid(), paths.home())
     try:

@@ -32,7 +32,7 @@ import yaml
 
 from lab import paths
 from lab.errors import Conflict, HostError, NotFound, UsageError
-from lab.osutil import atomic_write
+from lab.osutil import atomic_write, meminfo_mib
 
 LOCAL = "local"
 NAME = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
@@ -89,14 +89,26 @@ class Host:
 def available_mib(conn) -> int:
     """Memory the host can give new VMs: free plus page cache and buffers (what the kernel calls
     MemAvailable, roughly; libvirt's bare free memory leaves the cache out, and a machine that has
-    written VM disks for an hour has gigabytes of it)."""
+    written VM disks for an hour has gigabytes of it). On this machine, no more than MemAvailable: libvirt
+    counts shared memory (tmpfs files, a process's shared pages) as cache, which the kernel cannot drop
+    (issue 45's fault run: a process holding 20 GiB of it left the host "free" for another VM)."""
     import libvirt
 
     try:
         s = conn.getMemoryStats(libvirt.VIR_NODE_MEMORY_STATS_ALL_CELLS, 0)
-        return (s.get("free", 0) + s.get("buffers", 0) + s.get("cached", 0)) // 1024
+        got = (s.get("free", 0) + s.get("buffers", 0) + s.get("cached", 0)) // 1024
     except libvirt.libvirtError:
-        return conn.getFreeMemory() // (1 << 20)
+        got = conn.getFreeMemory() // (1 << 20)
+    return min(got, meminfo_mib()) if _on_this_machine(conn) else got
+
+
+def _on_this_machine(conn) -> bool:
+    from urllib.parse import urlparse
+
+    try:
+        return not urlparse(conn.getURI()).hostname
+    except Exception:  # noqa: BLE001 - a connection that cannot say: its own figures
+        return False
 
 
 def file() -> Path:

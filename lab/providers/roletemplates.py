@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lab import paths
-from lab.providers import templates
+from lab.providers import buildaddresses, templates
 from lab.providers.templates import Shape, TemplateError
 
 log = logging.getLogger(__name__)
@@ -45,9 +45,6 @@ ROLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "Login": ("slurm_login", ("common", "nfs_client", "users")),
     "Compute": ("slurm_compute", ("common", "nfs_client", "users")),
 }
-# the build VMs' addresses on the templates' network (below its DHCP range, .200-.250): one each, held
-# by a file lock while its build runs (builds of several roles and shapes run at once)
-ADDRESS_HOSTS = range(20, 200)
 BUILD_CLUSTER = "slurmlab-role-template"  # the build's inventory names no real cluster
 SSH_TIMEOUT_S = 300.0
 # room kept in the build VM's XML, saved with it, for its forks' XML (their names and paths); the plain
@@ -164,23 +161,6 @@ def ensure(box: str, shape: Shape, driver: str, role: str, configure: Configure,
     return t
 
 
-def _address_lock():
-    """(address, lock) of a build VM: the first address no other build holds."""
-    import ipaddress
-
-    from filelock import FileLock, Timeout
-
-    net = ipaddress.ip_network(templates.NET_SUBNET)
-    for i in ADDRESS_HOSTS:
-        lock = FileLock(str(root() / f"address-{i}.lock"))
-        try:
-            lock.acquire(timeout=0)
-        except Timeout:
-            continue
-        return str(net.network_address + i), lock
-    raise TemplateError(f"every build address of {templates.NET_SUBNET} is taken")
-
-
 def _ssh_ready(address: str, private_key: Path, timeout: float) -> None:
     from lab.providers.reach import SSH_OPTS, ssh_exe
 
@@ -224,10 +204,10 @@ def _build(t: RoleTemplate, plain: templates.Template, shape: Shape, driver: str
     net_ip = ipaddress.ip_network(templates.NET_SUBNET)
     net = ClusterNet(templates.NET_NAME, templates.NET_BRIDGE, templates.NET_SUBNET, str(net_ip.network_address + 1))
     mac = "52:54:00:fd:%02x:%02x" % tuple(hashlib.sha256(t.key.encode()).digest()[:2])
-    address, address_lock = _address_lock()
+    conn = libvirtd.connect()
+    address, address_lock = buildaddresses.take(root(), conn, name)
     machine = MachineSpec(name=name, group="template", cpus=shape.cpus, memory_mib=shape.memory_mib, mac=mac,
                           address=address)
-    conn = libvirtd.connect()
     timings: dict[str, float] = {}
     _building.add(name)
     try:
@@ -286,7 +266,7 @@ def _build(t: RoleTemplate, plain: templates.Template, shape: Shape, driver: str
     finally:
         end_named(conn, name)
         _building.discard(name)
-        address_lock.release()
+        buildaddresses.give_back(root(), address, address_lock)
         conn.close()
         for f in (build_key, build_key.with_suffix(".pub")):
             f.unlink(missing_ok=True)

@@ -252,3 +252,38 @@ def test_a_failed_join_of_a_batch_is_one_failure_of_its_group(tmp_path):
         assert group(lab).failures == 0  # the retried join succeeded: the count starts over
 
     asyncio.run(go())
+
+
+def test_a_node_replaced_while_it_joins_is_not_marked_joined_by_that_join(tmp_path):
+    """Issue 45's fault run: compute-3's VM was destroyed while its join ran; the join then marked the node
+    Running on its new VM, which was not configured yet (its configure ended after, and put it back to
+    waiting). The join leaves a node whose VM changed meanwhile to that VM's own progress."""
+    async def go():
+        lab = SimLab(tmp_path)
+        real, seen = lab.conf.join_async, []
+
+        async def slow_join(ctx, batch):
+            if C2 in batch and not seen:
+                seen.append(lab.node(C2).generation)
+                lab.prov.crash("demo", C2)  # its VM is gone while the join runs
+                await lab.clock.sleep(60)
+            return await real(ctx, batch)
+
+        lab.conf.join_async = slow_join
+        lab.create(spec_text())
+        await lab.run_until(lambda: bool(seen) and lab.node(C2).generation > seen[0])
+        marked = []
+
+        def watch():
+            n = lab.node(C2)
+            if n.generation > seen[0] and n.phase == "running" and n.configured_at is None:
+                marked.append(n)
+            return lab.full("demo")
+
+        await lab.run_until(watch)
+        assert not marked, marked  # never Running on a VM that was not configured
+        assert lab.node(C2).generation > seen[0] and lab.node(C2).joined_at is not None
+        joined = [e for e in events(lab) if "joined Slurm" in e]
+        assert any(C2 in e for e in joined[1:]), joined  # its new VM joined on its own
+
+    asyncio.run(go())

@@ -129,6 +129,17 @@ def test_room_is_free_memory_less_the_reserve_capped_by_the_lab_limit(monkeypatc
     assert (r.memory_mib, r.cpus) == (20000 - registry.HOST_RESERVE_MIB, None)
 
 
+@pytest.mark.parametrize("uri,want", [("qemu:///system", 1500), ("qemu+unix:///system?socket=/x/sock", 1500),
+                                       ("qemu+ssh://root@h2/system", 20000)])
+def test_on_this_machine_shared_memory_is_not_free(monkeypatch, uri, want):
+    """libvirt counts shared memory (tmpfs, a process's shared pages) as cache: on this machine the kernel's
+    MemAvailable caps it (issue 45's fault run); another machine's libvirt is all there is to ask."""
+    conn = _Conn(20000, [])
+    conn.getURI = lambda: uri
+    monkeypatch.setattr(registry, "meminfo_mib", lambda field="MemAvailable": 1500)
+    assert registry.available_mib(conn) == want
+
+
 def test_a_cluster_is_placed_once_where_there_is_room(lab_home, monkeypatch):
     registry.add(Host("h2", "qemu+unix:///system?socket=/x/sock", "slurmlab-h2"))
     rooms = {"local": Room("local", 1000, None), "h2": Room("h2", 5000, None)}

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from lab import paths
+from lab.providers import buildaddresses
 from lab.providers import roletemplates as rt
 from lab.providers import templates
 from lab.providers.templates import Shape
@@ -95,14 +96,68 @@ def test_a_failure_is_kept_and_forgotten(tree):
 
 def test_builds_at_once_get_their_own_addresses(tree):
     rt.root().mkdir(parents=True)
-    a, la = rt._address_lock()
-    b, lb = rt._address_lock()
+    a, la = buildaddresses.take(rt.root())
+    b, lb = buildaddresses.take(rt.root())
     assert a != b and a.startswith("10.213.0.") and int(a.rsplit(".", 1)[1]) < 200
     la.release()
-    c, lc = rt._address_lock()
+    c, lc = buildaddresses.take(rt.root())
     assert c == a
     lb.release()
     lc.release()
+
+
+class _Dom:
+    def __init__(self, conn, name):
+        self.conn, self.name = conn, name
+
+    def isActive(self):
+        return True
+
+    def destroy(self):
+        self.conn.ended.append(self.name)
+
+    def undefineFlags(self, flags):
+        self.conn.domains.discard(self.name)
+
+
+class _Conn:
+    def __init__(self, *names):
+        self.domains, self.ended = set(names), []
+
+    def lookupByName(self, name):
+        import libvirt
+
+        if name not in self.domains:
+            raise libvirt.libvirtError(f"no domain {name}")
+        return _Dom(self, name)
+
+    def close(self):
+        pass
+
+
+def test_the_vm_of_a_killed_build_is_ended_before_its_address_is_given_again(tree, monkeypatch):
+    """Issue 45's fault run: an engine SIGKILLed mid-build left its build VM running; the next build got
+    the same address and its ssh was reset. Whoever takes a free address ends the VM named for it."""
+    rt.root().mkdir(parents=True)
+    conn = _Conn("slurmlab-rtpl-dead", "slurmlab-rtpl-live")
+    a, la = buildaddresses.take(rt.root(), conn, "slurmlab-rtpl-dead")
+    b, lb = buildaddresses.take(rt.root(), conn, "slurmlab-rtpl-live")
+    la.release()  # its engine was killed: the lock goes with the process, the VM and its name stay
+    c, lc = buildaddresses.take(rt.root(), conn, "slurmlab-rtpl-new")
+    assert c == a and conn.ended == ["slurmlab-rtpl-dead"]  # the live build's VM is left alone
+    assert (rt.root() / f"address-{a.rsplit('.', 1)[1]}.domain").read_text() == "slurmlab-rtpl-new\n"
+    buildaddresses.give_back(rt.root(), c, lc)
+    assert not (rt.root() / f"address-{a.rsplit('.', 1)[1]}.domain").exists()
+    # an engine that starts ends the left ones, never a running build's
+    lb.release()
+    conn.domains.add("slurmlab-rtpl-live")
+    from lab.host import libvirtd
+
+    monkeypatch.setattr(libvirtd, "connect", lambda: conn)
+    _, lo = buildaddresses.take(rt.root(), None, "")  # a build holding an address: not looked at
+    assert buildaddresses.end_left(rt.root()) == ["slurmlab-rtpl-live"] and conn.ended[-1] == "slurmlab-rtpl-live"
+    lo.release()
+    assert buildaddresses.end_left(rt.root()) == []
 
 
 def test_an_explicit_build_forgets_the_failure_of_its_template(tree):
