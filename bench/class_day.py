@@ -51,7 +51,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's bench package
-from bench.faultlab import PANIC, Lab  # noqa: E402
+from bench.faultlab import PANIC, PANIC_IN_S, Lab  # noqa: E402
 from bench.faults_parts import set_link  # noqa: E402
 from bench.onecluster import REPO, parse_spec, sl, start  # noqa: E402
 
@@ -187,6 +187,7 @@ class Day:
                 self.on("controller", f"sudo scontrol update nodename={node} state=down reason='Action:Replace'")
             elif what == "vm_hung":
                 self.on(node, PANIC)
+                t += PANIC_IN_S
             elif what == "slurmctld_killed":
                 self.on("controller", "sudo systemctl kill -s KILL slurmctld")
                 time.sleep(2)

@@ -32,8 +32,11 @@ InstanceGroups:
     LifeCycleConfig: {{SourceS3Uri: {REPO / 'examples' / 'lifecycle'}, OnCreate: on_create.sh}}
 """
 C1, C2 = f"{NAME}-compute-1", f"{NAME}-compute-2"
-# a kernel panic (kernel.panic=0: the vCPU spins): libvirt says the VM runs, nothing in it answers
-PANIC = "sudo sh -c 'echo 1 > /proc/sys/kernel/sysrq; (sleep 1; echo c > /proc/sysrq-trigger) >/dev/null 2>&1 &'"
+# a kernel panic (kernel.panic=0: the vCPU spins): libvirt says the VM runs, nothing in it answers. From a
+# timer, PANIC_IN_S later: the ssh command that set it has returned by then
+PANIC_IN_S = 5
+PANIC = (f"sudo systemd-run --on-active={PANIC_IN_S} --unit=slurmlab-panic sh -c "
+         "'echo 1 > /proc/sys/kernel/sysrq; echo c > /proc/sysrq-trigger'")
 
 
 def say(msg: str) -> None:

@@ -66,7 +66,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench import faults_parts  # noqa: E402
-from bench.faultlab import C1, C2, NAME, PANIC, SPEC, Lab, in_libvirtd, on, say, sinfo, sl, then_scale_in  # noqa: E402
+from bench.faultlab import (C1, C2, NAME, PANIC, PANIC_IN_S, SPEC, Lab, in_libvirtd, on, say, sinfo,  # noqa: E402
+                            sl, then_scale_in)
 
 POOL_NOT_RUN = "not run: --pool-mib 0 (the lab's own pool, on the host's disk, is never filled)"
 
@@ -165,7 +166,7 @@ def vm_hung(lab: Lab, rng: random.Random) -> dict:
     lab.wait(lambda: sinfo(C2) == "idle", 300, f"{C2} idle")
     iid = lab.node(C2).instance_id
     on(C2, PANIC)
-    t0 = time.time()
+    t0 = time.time() + PANIC_IN_S
     found = lab.wait(lambda: any(e.node == C2 and e.time >= t0 and ": hung for " in e.description
                                  for e in lab.st.events(NAME)), 600, f"the engine to find {C2} hung")
     lab.wait(lambda: (n := lab.node(C2)) is not None and n.phase == "running" and (n.joined_at or 0) > t0
