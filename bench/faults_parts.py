@@ -39,6 +39,11 @@ def _state(job: str) -> str:
     return on("controller", f"squeue -h -j {job} -o %T", check=False).strip()
 
 
+def _ended(job: str) -> bool:
+    """Out of the queue (squeue -j names an ended job COMPLETED, FAILED ... for MinJobAge, or not at all)."""
+    return _state(job) not in ("RUNNING", "PENDING", "COMPLETING", "CONFIGURING", "REQUEUED", "SUSPENDED")
+
+
 def _answers() -> bool:
     return sl("ssh", NAME, "controller", "--", "sinfo -h -o %a", check=False, timeout=120).returncode == 0
 
@@ -64,9 +69,15 @@ def controller_destroyed(lab: Lab, rng: random.Random) -> dict:
     ctl = f"{NAME}-controller-1"
     on("controller", "echo kept > /fsx/before-the-loss")
     done = on("controller", "sbatch --parsable -p dev -N1 --wrap true").strip()
-    lab.wait(lambda: _state(done) == "", 180, "a short job to end")
+    lab.wait(lambda: _ended(done), 180, "a short job to end")
     job = _job("sleep 1800")
     lab.wait(lambda: _state(job) == "RUNNING", 180, "the job to run")
+    # slurmctld writes its state a few seconds after a change: the loss comes after that write (a job that
+    # ended after it would come back as running, and be requeued minutes later: docs/recovery.md)
+    since = int(on("controller", "date +%s"))
+    on("controller", f"sudo scontrol update jobid={job} comment=before-the-loss")  # a change: it writes again
+    lab.wait(lambda: int(on("controller", "stat -c %Y /var/lib/slurm/slurmctld/job_state")) > since, 120,
+             "slurmctld's state written")
     iid = lab.node(ctl).instance_id
     t0 = time.time()
     lab.destroy(ctl)
@@ -154,7 +165,7 @@ def nfs_stalled(lab: Lab, rng: random.Random) -> dict:
     lab.wait(lambda: on("controller", "cat /proc/fs/nfsd/threads", check=False).strip() not in ("", "0"), 240,
              "the NFS server back")
     back = time.time() - t0
-    lab.wait(lambda: _state(job) == "", 600, "the writing job to end")
+    lab.wait(lambda: _ended(job), 600, "the writing job to end")
     state = on("controller", f"sacct -n -X -P -j {job} -o State", check=False).strip()
     stamps = [int(x) for x in on("controller", f"cat {log}").split() if x.isdigit()]
     gap = max((b - a for a, b in zip(stamps, stamps[1:])), default=0)
