@@ -673,12 +673,12 @@ def test_a_hung_node_is_found_rebooted_and_back_in_slurm():
     on(node, "sudo systemd-run --on-active=5 --unit=slurmlab-test-panic sh -c "
              "'echo 1 > /proc/sys/kernel/sysrq; echo c > /proc/sysrq-trigger'")
     t0 = time.time() + 5
-    hung = wait(lambda: [e for e in events_of(NAME) if e not in seen and e.startswith(f"{node}: hung for ")], 600,
-                f"the engine to find {node} hung", 5)
+    hung = _wait(lambda: [e for e in events_of(NAME) if e not in seen and e.startswith(f"{node}: hung for ")], 600,
+                 f"the engine to find {node} hung", 5)
     found = time.time() - t0
     assert hung[0].endswith("rebooting it") and "its guest agent does not answer" in hung[0], hung
-    wait(lambda: nodes()[node]["InstanceStatus"]["Status"] == "Running"
-         and on("controller", f"sinfo -h -N -n {node} -o %T").strip() == "idle", 900, f"{node} idle in Slurm", 5)
+    _wait(lambda: nodes()[node]["InstanceStatus"]["Status"] == "Running"
+          and on("controller", f"sinfo -h -N -n {node} -o %T").strip() == "idle", 900, f"{node} idle in Slurm", 5)
     assert nodes()[node]["InstanceId"] == before  # rebooted, not replaced: it answered after its reboot
     (REPO / "artifacts").mkdir(exist_ok=True)
     (REPO / "artifacts" / "hung-vm.json").write_text(json.dumps(
