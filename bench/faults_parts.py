@@ -151,7 +151,11 @@ def node_cut_off(lab: Lab, rng: random.Random) -> dict:
 
 
 STALL = ("sudo systemd-run --unit=faults-nfs-stall --collect sh -c "
-         "'n=$(cat /proc/fs/nfsd/threads); rpc.nfsd 0; sleep 60; rpc.nfsd \"$n\"'")
+         "'n=$(cat /proc/fs/nfsd/threads); rpc.nfsd 0; sleep 60; rpc.nfsd $n'")
+
+
+def _nfsd_threads() -> str:
+    return on("controller", "sudo cat /proc/fs/nfsd/threads", check=False).strip()
 
 
 def nfs_stalled(lab: Lab, rng: random.Random) -> dict:
@@ -162,8 +166,8 @@ def nfs_stalled(lab: Lab, rng: random.Random) -> dict:
     time.sleep(10)
     t0 = time.time()
     on("controller", STALL)
-    lab.wait(lambda: on("controller", "cat /proc/fs/nfsd/threads", check=False).strip() not in ("", "0"), 240,
-             "the NFS server back")
+    lab.wait(lambda: _nfsd_threads() == "0", 60, "the NFS server stopped")
+    lab.wait(lambda: _nfsd_threads() not in ("", "0"), 240, "the NFS server back")
     back = time.time() - t0
     lab.wait(lambda: _ended(job), 600, "the writing job to end")
     state = on("controller", f"sacct -n -X -P -j {job} -o State", check=False).strip()
