@@ -77,7 +77,7 @@ def engine_sigkill_during_create(lab: Lab, rng: random.Random) -> dict:
     t0 = time.monotonic()
     kills = []
     while len(kills) < 5 and not lab.full():
-        delay = rng.uniform(10, 60)
+        delay = rng.uniform(5, 25)  # a create from role templates is full in under a minute (2026-12-07: 47 s)
         end = time.monotonic() + delay
         while time.monotonic() < end and not lab.full():
             time.sleep(0.5)
@@ -111,9 +111,11 @@ def vm_killed_after_join(lab: Lab, rng: random.Random) -> dict:
 
 
 def sshd_stopped(lab: Lab, rng: random.Random) -> dict:
-    # the sessions too: kept connections (ControlMaster, the engine's and `slurmlab ssh`'s) outlive sshd
+    # every process of the unit too: each connection's sshd-session lives in ssh.service, and kept connections
+    # (ControlMaster: the engine's, `slurmlab ssh`'s) outlive a stop (KillMode=process) and the user's sessions
     on(C1, "sudo systemd-run --on-active=1 --unit=faults-stop-ssh sh -c "
-           "'systemctl stop ssh.socket 2>/dev/null; systemctl stop ssh.service; loginctl terminate-user vagrant'")
+           "'systemctl stop ssh.socket 2>/dev/null; systemctl kill --kill-whom=all -s KILL ssh.service; "
+           "systemctl stop ssh.service'")
     # the guest takes seconds to run the timer (TCG): wait until a new ssh login is refused
     deadline, unreachable = time.monotonic() + 90, False
     while not unreachable and time.monotonic() < deadline:
