@@ -35,8 +35,8 @@ C1, C2 = f"{NAME}-compute-1", f"{NAME}-compute-2"
 # a kernel panic (kernel.panic=0: the vCPU spins): libvirt says the VM runs, nothing in it answers. From a
 # timer, PANIC_IN_S later: the ssh command that set it has returned by then
 PANIC_IN_S = 5
-PANIC = (f"sudo systemd-run --on-active={PANIC_IN_S} --unit=slurmlab-panic sh -c "
-         "'echo 1 > /proc/sys/kernel/sysrq; echo c > /proc/sysrq-trigger'")
+PANIC = (f"sudo systemd-run --on-active={PANIC_IN_S} --timer-property=AccuracySec=100ms --unit=slurmlab-panic "
+         "sh -c 'echo 1 > /proc/sys/kernel/sysrq; echo c > /proc/sysrq-trigger'")
 
 
 def say(msg: str) -> None:

@@ -113,7 +113,7 @@ def vm_killed_after_join(lab: Lab, rng: random.Random) -> dict:
 def sshd_stopped(lab: Lab, rng: random.Random) -> dict:
     # every process of the unit too: each connection's sshd-session lives in ssh.service, and kept connections
     # (ControlMaster: the engine's, `slurmlab ssh`'s) outlive a stop (KillMode=process) and the user's sessions
-    on(C1, "sudo systemd-run --on-active=1 --unit=faults-stop-ssh sh -c "
+    on(C1, "sudo systemd-run --on-active=1 --timer-property=AccuracySec=100ms --unit=faults-stop-ssh sh -c "
            "'systemctl stop ssh.socket 2>/dev/null; systemctl kill --kill-whom=all -s KILL ssh.service; "
            "systemctl stop ssh.service'")
     # the guest takes seconds to run the timer (TCG): wait until a new ssh login is refused

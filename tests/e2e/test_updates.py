@@ -285,7 +285,7 @@ def test_a_hung_node_is_found_rebooted_and_back_in_slurm():
     before = nodes()[node]["InstanceId"]
     seen = set(events_of(NAME))
     # 5 s later, from a timer of the guest's systemd: the ssh command that sets it has returned by then
-    on(node, "sudo systemd-run --on-active=5 --unit=slurmlab-test-panic sh -c "
+    on(node, "sudo systemd-run --on-active=5 --timer-property=AccuracySec=100ms --unit=slurmlab-test-panic sh -c "
              "'echo 1 > /proc/sys/kernel/sysrq; echo c > /proc/sysrq-trigger'")
     t0 = time.time() + 5
     hung = wait(lambda: [e for e in events_of(NAME) if e not in seen and e.startswith(f"{node}: hung for ")], 600,
