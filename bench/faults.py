@@ -246,7 +246,7 @@ def host_memory_too_small(lab: Lab, rng: random.Random) -> dict:
         assert hog.stdout.readline().strip() == "ready", "the memory hog did not start"
         say(f"  {hog_mib} MiB taken; {meminfo_mib()} MiB available")
         new = lab.scale_out()
-        lab.wait(lambda: "InsufficientCapacity: the host has" in ((n := lab.node(new)) and n.message or ""), 600,
+        lab.wait(lambda: "InsufficientCapacity: host " in ((n := lab.node(new)) and n.message or ""), 600,
                  f"{new} refused for the host's memory")
         refused = lab.node(new).message
     finally:

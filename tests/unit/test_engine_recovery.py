@@ -287,3 +287,31 @@ def test_a_node_replaced_while_it_joins_is_not_marked_joined_by_that_join(tmp_pa
         assert any(C2 in e for e in joined[1:]), joined  # its new VM joined on its own
 
     asyncio.run(go())
+
+
+def test_a_host_short_of_memory_makes_a_node_wait_without_protecting_its_group(tmp_path):
+    """Issue 45's fault run: the host's memory taken by another process; each launch is refused with
+    InsufficientCapacity. That is a shortage, not a failing node: Warnings, retried, and the group is not
+    protected after PROTECT_AFTER refusals (it was); the node launches once the memory is back."""
+    from lab.providers.base import LaunchError
+
+    async def go():
+        lab = SimLab(tmp_path)
+        real, refused = lab.prov.ensure_async, []
+
+        async def short(cluster, machine):
+            if machine.name == C2 and len(refused) < PROTECT_AFTER + 2:
+                refused.append(lab.clock())
+                raise LaunchError(f"InsufficientCapacity: host local has 400 MiB free for VMs (1024 MiB kept for the "
+                                  f"host); {machine.name} needs 768 MiB")
+            return await real(cluster, machine)
+
+        lab.prov.ensure_async = short
+        lab.create(spec_text())
+        await lab.run_until(lambda: lab.full("demo"), max_ticks=2000)
+        assert len(refused) == PROTECT_AFTER + 2
+        assert not group(lab).protected and group(lab).failures == 0
+        said = [e for e in lab.st.events("demo") if e.node == C2 and "InsufficientCapacity" in e.description]
+        assert len(said) == PROTECT_AFTER + 2 and {e.level for e in said} == {"Warning"}, said
+
+    asyncio.run(go())
