@@ -139,9 +139,9 @@ def vm_killed_while_booting(lab: Lab, rng: random.Random) -> dict:
     iid = lab.node(new).instance_id
     t0 = time.time()
     lab.destroy(new)
-    # Running on a new VM: the old one's "running" can be read before the engine saw it destroyed
-    lab.wait(lambda: lab.phase(new) == "running" and lab.node(new).instance_id != iid, 1500,
-             f"{new} Running after its domain was destroyed")
+    # Running on a VM up since: the old one's "running" can be read before the engine saw it destroyed
+    lab.wait(lambda: (n := lab.node(new)).phase == "running" and (n.instance_id != iid or (n.booted_at or 0) > t0),
+             1500, f"{new} Running after its domain was destroyed")
     recover = time.time() - t0
     return then_scale_in(lab, new, recover, f"{new} destroyed while {killed_in}; Running {recover:.0f} s later")
 
