@@ -48,9 +48,20 @@ def _answers() -> bool:
     return sl("ssh", NAME, "controller", "--", "sinfo -h -o %a", check=False, timeout=120).returncode == 0
 
 
+def _state_written(lab: Lab, job: str) -> None:
+    """Until slurmctld wrote its state (StateSaveLocation) with `job` as it is now: it writes a few seconds
+    after a change, and a job started after its last write comes back PENDING from a restart (the first
+    run of this scenario, 2026-12-07), or running after it ended (docs/recovery.md)."""
+    since = int(on("controller", "date +%s"))
+    on("controller", f"sudo scontrol update jobid={job} comment=written")  # a change: it writes again
+    lab.wait(lambda: int(on("controller", "stat -c %Y /var/lib/slurm/slurmctld/job_state")) > since, 120,
+             "slurmctld's state written")
+
+
 def slurmctld_killed(lab: Lab, rng: random.Random) -> dict:
     job = _job("sleep 900")
     lab.wait(lambda: _state(job) == "RUNNING", 180, "the job to run")
+    _state_written(lab, job)
     before = int(on("controller", "systemctl show -p NRestarts --value slurmctld").strip() or 0)
     t0 = time.time()
     on("controller", "sudo systemctl kill -s KILL slurmctld")
@@ -72,12 +83,7 @@ def controller_destroyed(lab: Lab, rng: random.Random) -> dict:
     lab.wait(lambda: _ended(done), 180, "a short job to end")
     job = _job("sleep 1800")
     lab.wait(lambda: _state(job) == "RUNNING", 180, "the job to run")
-    # slurmctld writes its state a few seconds after a change: the loss comes after that write (a job that
-    # ended after it would come back as running, and be requeued minutes later: docs/recovery.md)
-    since = int(on("controller", "date +%s"))
-    on("controller", f"sudo scontrol update jobid={job} comment=before-the-loss")  # a change: it writes again
-    lab.wait(lambda: int(on("controller", "stat -c %Y /var/lib/slurm/slurmctld/job_state")) > since, 120,
-             "slurmctld's state written")
+    _state_written(lab, job)  # the loss comes after slurmctld wrote its state with both jobs
     iid = lab.node(ctl).instance_id
     t0 = time.time()
     lab.destroy(ctl)
