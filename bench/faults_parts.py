@@ -78,7 +78,9 @@ def slurmctld_killed(lab: Lab, rng: random.Random) -> dict:
 
 def controller_destroyed(lab: Lab, rng: random.Random) -> dict:
     ctl = f"{NAME}-controller-1"
-    on("controller", "echo kept > /fsx/before-the-loss")
+    # from a compute node, as a student's job writes it: over NFS, which the server commits before it answers
+    # (a file the controller wrote itself sat in its page cache and died with the VM: the first run)
+    on(C1, "echo kept > /fsx/before-the-loss")
     done = on("controller", "sbatch --parsable -p dev -N1 --wrap true").strip()
     lab.wait(lambda: _ended(done), 180, "a short job to end")
     job = _job("sleep 1800")
