@@ -20,8 +20,9 @@ Faults, one every T/7 (in this order; `--no-faults`: none):
   slurmctld_killed    slurmctld SIGKILLed (systemd starts it again)
   node_cut_off        compute-1's link down for 60 s, then up
 
-Each fault's detection (the lab's first event about it) and recovery (the node Running and usable in
-Slurm again; for slurmctld: `sinfo` answers) times are measured. Then the submissions stop, the queue
+Each fault's times are measured: until the node is not usable (Slurm or the lab saw it), the lab's first
+event about it (detection), and until it is Running and usable in Slurm again (recovery; for slurmctld:
+`sinfo` answers). Then the submissions stop, the queue
 drains, and sacct (with -D: every run of a requeued job) says what became of each job:
 
   completed   every run of it (each array task) ended COMPLETED at last
@@ -201,7 +202,12 @@ class Day:
                 set_link(self.name, node, "down")
                 time.sleep(60)
                 set_link(self.name, node, "up")
-            time.sleep(5)
+            # Slurm and the lab take a while to see most of these (SlurmdTimeout, the hang watch): first until
+            # the node is not usable, then until it is again (the first 12-min run read "usable" at once)
+            end = time.monotonic() + 300
+            while self.usable(node) and time.monotonic() < end:
+                time.sleep(3)
+            row["unusable_after_s"] = round(time.time() - t, 1) if not self.usable(node) else None
             end = time.monotonic() + 1200
             while not self.usable(node) and time.monotonic() < end:
                 time.sleep(5)
