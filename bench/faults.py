@@ -3,7 +3,7 @@
 One scenario after the other on one small cluster, each bounded in time.
 
 Real VMs; run as root on a host set up by `make up` (libvirtd, the box), with no other VMs running.
-The cluster (controller + 2 compute, no login; ~45-60 min in all on 2 cores without KVM) lives in a
+The cluster (controller + 2 compute, no login; ~30 min in all on 2 cores without KVM (26 min on 2026-12-07)) lives in a
 private $SLURMLAB_HOME (a new /tmp/slurmlab-faults-*, kept for its logs). The scenarios, in order:
 
   engine_sigkill_during_create   the engine SIGKILLed at 5 seeded random moments of the create,
