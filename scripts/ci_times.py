@@ -9,7 +9,7 @@ under tests/unit, tests/api and tests/e2e (set-up and teardown of fixtures inclu
 file given. `make test` runs pytest in parallel streams (scripts/streams.py), one JUnit file each, and
 notes each stream's wall time as a line "stream:NAME SECONDS": those are `streams`, not phases (the
 phases then add up to more than the total). --json writes {"total_s", "phases": {name: seconds},
-"streams": {name: seconds}, "tests": {id: seconds}}, the shape of bench/results/ci-<time>.json.
+"streams": {name: seconds}, "tests": {id: seconds}, "failed": {id: first line}}, the shape of bench/results/ci-<time>.json.
 Standard library only: it runs before and after the virtualenv exists.
 """
 
@@ -32,6 +32,20 @@ def test_times(junit: Path) -> dict[str, float]:
         module = case.get("classname", "").replace(".", "/")
         name = f"{module}.py::{case.get('name', '')}"
         out[name] = out.get(name, 0.0) + float(case.get("time") or 0.0)
+    return out
+
+
+def failures(junit: Path) -> dict[str, str]:
+    """test id -> the first line of its failure or error, for each test that did not pass."""
+    out: dict[str, str] = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        bad = case.find("failure")
+        if bad is None:
+            bad = case.find("error")
+        if bad is not None:
+            module = case.get("classname", "").replace(".", "/")
+            first = (bad.get("message") or bad.text or "").strip().splitlines()
+            out[f"{module}.py::{case.get('name', '')}"] = (first[0] if first else bad.tag)[:200]
     return out
 
 
@@ -106,6 +120,10 @@ def render(res: dict) -> str:
         lines += [f"ci: {_own_cpu(per, own.get(t)):8.1f} s  {t}  ("
                   + ", ".join(f"{c} {v:.0f} s" for c, v in sorted(per.items(), key=lambda kv: -kv[1])[:3]) + ")"
                   for t, per in costly]
+    # last, so that the tail of a CI log names what failed
+    bad = res.get("failed", {})
+    lines.append(f"ci: {len(bad)} test(s) failed" + (":" if bad else ""))
+    lines += [f"ci: FAILED {t}: {why}" for t, why in sorted(bad.items())]
     return "\n".join(lines)
 
 
@@ -118,12 +136,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--vm-cpu", type=Path, help="tests/e2e/vmcpu.py's lines: the CPU of the VMs during each test")
     args = ap.parse_args(argv)
     tests: dict[str, float] = {}
+    failed: dict[str, str] = {}
     for junit in args.junit:
         if not junit.exists():
             print(f"ci: no {junit}: pytest did not get to write it", file=sys.stderr)
             return 1
         tests.update(test_times(junit))
+        failed.update(failures(junit))
     res = summary(tests, read_phases(args.phases), args.total_s)
+    res["failed"] = failed
     vm, own = read_vm_cpu(args.vm_cpu)
     if vm:
         res["vm_cpu"] = vm

@@ -57,7 +57,7 @@ def test_no_junit_says_so_and_fails(tmp_path):
 def test_at_most_fifteen_slowest():
     res = ci_times.summary({f"tests/unit/t.py::t{i}": float(i) for i in range(40)}, {}, None)
     out = ci_times.render(res).splitlines()
-    assert len(out) == 2 + 15 and out[2].endswith("t39")
+    assert len(out) == 2 + 15 + 1 and out[2].endswith("t39") and out[-1] == "ci: 0 test(s) failed"
 
 
 def test_the_tests_whose_clusters_used_the_most_cpu(tmp_path, capsys):
@@ -86,3 +86,16 @@ def test_a_test_is_ranked_by_its_own_clusters_when_its_line_names_them(tmp_path,
     at = next(i for i, line in enumerate(out) if "own clusters' VMs used the most CPU" in line)
     # patch_up's own VMs (170 s) rank before scale_out's (150 s), although class's 200 s ran beside it
     assert out[at + 1].startswith("ci:    170.0 s  t::patch_up") and out[at + 2].startswith("ci:    150.0 s  t::scale_out")
+
+
+def test_the_failed_tests_come_last_with_their_first_line(tmp_path):
+    (tmp_path / "junit.xml").write_text(JUNIT.replace('<failure message="x"/>',
+                                                      '<failure message="AssertionError: srun failed&#10;more"/>'))
+    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "ci_times.py"), str(tmp_path / "junit.xml"),
+                        "--json", str(tmp_path / "t.json")], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines()[-2:] == [
+        "ci: 1 test(s) failed:",
+        "ci: FAILED tests/e2e/test_cluster.py::test_rolling_update: AssertionError: srun failed"]
+    assert json.loads((tmp_path / "t.json").read_text())["failed"] == {
+        "tests/e2e/test_cluster.py::test_rolling_update": "AssertionError: srun failed"}
