@@ -22,8 +22,9 @@ Faults, one every T/7 (in this order; `--no-faults`: none):
 
 Each fault's times are measured: until the node is not usable (Slurm or the lab saw it), the lab's first
 event about it (detection), and until it is Running and usable in Slurm again (recovery; for slurmctld:
-`sinfo` answers). Then the submissions stop, the queue
-drains, and sacct (with -D: every run of a requeued job) says what became of each job:
+`sinfo` answers). Then the submissions stop and the queue drains: what is still queued 15 min later is
+noted (cancelled_at_end) and cancelled. sacct (with -D: every run of a requeued job) says what became of
+each job:
 
   completed   every run of it (each array task) ended COMPLETED at last
   by_fault    it ended NODE_FAIL (or its srun failed with its node) and did not ask to run again
@@ -278,14 +279,22 @@ def student_loop(day: Day, user: str, until: float, seed: int, submitted: list[d
         time.sleep(rng.uniform(20, 60))
 
 
-def drain(day: Day, timeout: float = 900) -> float:
+def drain(day: Day, timeout: float = 900) -> tuple[float, list[str]]:
+    """Wait until the queue is empty. After `timeout`, what is still there ("JOBID|STATE|NAME|USER|TIME")
+    is noted and cancelled, so that the day ends (a hung srun holds its allocation; each then shows as
+    "other" in the tally)."""
     t0 = time.monotonic()
+    left: list[str] = []
     while time.monotonic() - t0 < timeout:
         p = day.on("controller", "squeue -h -a -o %i", timeout=120)
         if p.returncode == 0 and not p.stdout.strip():
-            break
+            return round(time.monotonic() - t0, 1), left
         time.sleep(10)
-    return round(time.monotonic() - t0, 1)
+    left = day.on("controller", "squeue -h -a -o '%i|%T|%j|%u|%M'", timeout=120).stdout.split()
+    say(f"still in the queue after {timeout:.0f} s, cancelled: {left}")
+    day.on("controller", "sudo scancel --full " + " ".join(line.split("|")[0] for line in left), timeout=120)
+    time.sleep(30)
+    return round(time.monotonic() - t0, 1), left
 
 
 def parse_args(argv: list[str] | None = None):
@@ -331,7 +340,7 @@ def main(argv: list[str] | None = None) -> None:
         say(f"  {faults[-1]}")
     for t in threads:
         t.join(timeout=max(0.0, until - time.time()) + 1200)
-    res["drain_s"] = drain(day)
+    res["drain_s"], res["cancelled_at_end"] = drain(day)
     since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(day.t0 - 3600))  # the guests' clocks may lag
     sacct = day.on("controller", f"sacct -a -D -X -n -P -S {since} -o JobName,JobID,State", timeout=300).stdout
     res["engine"] = use.stop()

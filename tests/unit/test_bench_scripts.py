@@ -822,3 +822,22 @@ def test_class_day_tally_and_schedule():
     assert [f for _, f in s] == list(cd.FAULTS) and s[0][0] == 300.0 and s[-1][0] == 1800.0
     assert cd.schedule(35, False) == []
     assert {cd.pick(random.Random(i)) for i in range(200)} == {k for k, _ in cd.KINDS}
+
+
+def test_class_day_drain_cancels_what_is_left_and_says_so(monkeypatch):
+    from bench import class_day as cd
+
+    ran = []
+
+    class Day:
+        def on(self, node, command, timeout=900):
+            ran.append(command)
+            out = "7|RUNNING|cd-user01-3|user01|16:02\n" if "squeue" in command else ""
+            return subprocess.CompletedProcess(command, 0, out, "")
+
+    clock = iter([0.0, 0.0, 500.0, 1000.0, 1000.0])
+    monkeypatch.setattr(cd.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(cd.time, "sleep", lambda s: None)
+    took, left = cd.drain(Day(), timeout=900)
+    assert left == ["7|RUNNING|cd-user01-3|user01|16:02"] and took == 1000.0
+    assert ran[-1] == "sudo scancel --full 7"
