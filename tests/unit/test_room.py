@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -19,8 +20,11 @@ from lab.workspace import ClusterDir
 
 
 def _free_run(n: int = 16) -> int:
-    """The first of n ports in a row that nothing listens on (a CI run's own room may hold 2201)."""
-    for base in range(42201, 60000, 97):
+    """The first of n ports in a row that nothing listens on (a CI run's own room may hold 2201), below the
+    kernel's range of ephemeral ports: a client's connection (the e2e streams' ssh) may take a port of
+    that range between this choice and the test that uses it (CI run I: 42211)."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for base in range(12201, low - n, 97):
         try:
             held = [socket.create_server(("", p)) for p in range(base, base + n)]
         except OSError:
