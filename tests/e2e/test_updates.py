@@ -9,7 +9,7 @@ same configuration files (tests/e2e/fullconfig.py). Node by node the two are the
 controller while a job runs (issue 12); auto-patch of the compute nodes around a job (issue 32); then a
 second cluster placed on a second, remote host because this one has no room (issues 16 and 29). Issue 45: the
 controller's VM destroyed and rebuilt on its state disk while a job runs; a compute node whose kernel
-panicked found hung and rebooted. (Both here: the class stream ends waiting for this one, and with the
+panicked found hung and rebooted; an `srun --auto-resume=1` that was not told its step ended. (These here: the class stream ends waiting for this one, and with the
 hung node there it took 1691 s to this stream's 1221 s in CI run H.)
 """
 
@@ -298,6 +298,29 @@ def test_a_hung_node_is_found_rebooted_and_back_in_slurm():
     (REPO / "artifacts").mkdir(exist_ok=True)
     (REPO / "artifacts" / "hung-vm.json").write_text(json.dumps(
         {"node": node, "found_s": round(found, 1), "idle_in_slurm_s": round(time.time() - t0, 1), "event": hung[0]}))
+
+
+def test_an_auto_resume_srun_not_told_that_its_step_ended_is_ended_with_the_steps_code():
+    """Issue 45 (the class day): compute-1 cannot reach the login node while its step's task ends (a route
+    `unreachable` on compute-1; slurmctld and the NFS server stay in reach). slurmstepd's 5 tries to tell
+    srun fail at once, and Slurm's srun would wait for ever while slurmctld has the step COMPLETED. The
+    `--auto-resume=1` wrapper sees that, says so, ends srun and the job, and exits 0, the step's code."""
+    node, login = f"{NAME}-compute-1", nodes()[f"{NAME}-login-1"]["PrivatePrimaryIp"]
+    student("rm -f ~/untold.out ~/untold.done; (nohup srun --auto-resume=1 -p dev -N1 -w " + node
+            + " sh -c 'sleep 15; hostname > ~/untold.done' > ~/untold.out 2>&1; echo exit=$? >> ~/untold.out)"
+            " > /dev/null 2>&1 &")
+    wait(lambda: ".0" in on("controller", f"squeue -h -s -w {node} -o %i"), 300, "the step to run", 1)
+    on(node, f"sudo ip route add unreachable {login}/32")
+    try:
+        wait(lambda: student("cat ~/untold.done 2>/dev/null").strip() == node, 120, "the task to end", 2)
+        time.sleep(5)  # the exit message's tries: about 2 s
+    finally:
+        on(node, f"sudo ip route del unreachable {login}/32")
+    wait(lambda: "exit=" in student("cat ~/untold.out"), 300, "srun to end", 5)
+    out = student("cat ~/untold.out")
+    keep("untold-srun.txt", subprocess.CompletedProcess([], 0, out, ""))
+    assert "but srun was not told" in out and "exit=0" in out, out
+    assert not on("controller", f"squeue -h -w {node} -o %i").strip()  # the job is gone, its node free
 
 
 def test_auto_patch_when_idle_patches_the_idle_node_and_the_busy_one_after_its_job(served):
