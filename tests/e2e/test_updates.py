@@ -309,7 +309,8 @@ def test_an_auto_resume_srun_not_told_that_its_step_ended_is_ended_with_the_step
     student("rm -f ~/untold.out ~/untold.done; (nohup srun --auto-resume=1 -p dev -N1 -w " + node
             + " sh -c 'sleep 15; hostname > ~/untold.done' > ~/untold.out 2>&1; echo exit=$? >> ~/untold.out)"
             " > /dev/null 2>&1 &")
-    wait(lambda: ".0" in on("controller", f"squeue -h -s -w {node} -o %i"), 300, "the step to run", 1)
+    wait(lambda: any(s.endswith(".0") for s in on("controller", f"squeue -h -s -w {node} -o %i").split()), 300,
+         "the step to run", 1)
     on(node, f"sudo ip route add unreachable {login}/32")
     try:
         wait(lambda: student("cat ~/untold.done 2>/dev/null").strip() == node, 120, "the task to end", 2)
