@@ -87,7 +87,7 @@ class Lab:
 
     def orphans(self) -> list[str]:
         """Domains and pool volumes of the cluster no node owns; this lab's Vagrant/Ansible processes
-        outside the running engine's process group."""
+        outside the running engine's process group and not its children.
         from lab.engine import daemon
         from lab.host import libvirtd
         from lab.providers.base import state_disk_name
@@ -120,9 +120,12 @@ class Lab:
                     continue
                 cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
                 pgid = os.getpgid(int(proc.name))
-            except (OSError, ProcessLookupError):
+                ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ProcessLookupError, ValueError, IndexError):
                 continue
-            if int(proc.name) == os.getpid() or pgid == os.getpgid(0) or (engine and pgid == engine):
+            # the engine's `vagrant up` runs in a session of its own, and may finish in the background after
+            # its VM answers (lab/providers/vagrant.py): the engine's child, not an orphan
+            if int(proc.name) == os.getpid() or pgid == os.getpgid(0) or (engine and engine in (pgid, ppid)):
                 continue
             if "vagrant" in cmd or "ansible" in cmd:
                 out.append(f"process {proc.name} {cmd[:120]}")
