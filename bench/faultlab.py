@@ -87,7 +87,7 @@ class Lab:
 
     def orphans(self) -> list[str]:
         """Domains and pool volumes of the cluster no node owns; this lab's Vagrant/Ansible processes
-        outside the running engine's process group and not its children.
+        outside the running engine's process group and not its children."""
         from lab.engine import daemon
         from lab.host import libvirtd
         from lab.providers.base import state_disk_name
