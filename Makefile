@@ -27,8 +27,8 @@ up: box           ## the main job: build the example cluster, run a job, show ho
 down:             ## delete the example cluster
 	$(SL) delete-cluster demo
 
-lint: setup       ## yamllint, ansible-lint (production profile, offline) and shellcheck on the roles, playbooks and example scripts
-	$(call timed,lint,$(VENV)/bin/yamllint --strict roles playbooks && $(VENV)/bin/ansible-lint --offline --profile production playbooks roles && shellcheck roles/*/files/*.sh examples/*/*.sh)
+lint: setup       ## ruff's pyflakes rules on the Python; yamllint, ansible-lint (production profile, offline) and shellcheck on the roles, playbooks and example scripts
+	$(call timed,lint,$(VENV)/bin/ruff check --no-cache --quiet --select F --select E9 lab bench tests scripts && $(VENV)/bin/yamllint --strict roles playbooks && $(VENV)/bin/ansible-lint --offline --profile production playbooks roles && shellcheck roles/*/files/*.sh examples/*/*.sh)
 
 golden: setup     ## regenerate tests/unit/data/*.golden (tests only compare); review git diff after
 	$(PYTHON) -m tests.unit.golden

@@ -10,7 +10,6 @@ import re
 import time
 
 import pytest
-from botocore.exceptions import ClientError
 
 from tests.api.seed import seed_cluster
 

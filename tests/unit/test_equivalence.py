@@ -15,7 +15,7 @@ def fp(cluster: str, *, key: str = "k1", extra_file: str = "", package: str = "s
         "## files", f"{key}aaaa  /etc/munge/munge.key", f"{key}bbbb  /etc/hostname", "cccc  /etc/chrony/chrony.conf",
         *( [extra_file] if extra_file else []),
         "## modes", f"/var/lib/mysql/slurm_acct_db/{cluster}_job_table.ibd mysql mysql 660 f",
-        f"/home root root {mode} d", f"/var/lib/slurm/slurmd/cred_state root root 600 f",
+        f"/home root root {mode} d", "/var/lib/slurm/slurmd/cred_state root root 600 f",
     ]) + "\n"
 
 

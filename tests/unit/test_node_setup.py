@@ -165,7 +165,7 @@ def test_renice_every_thread_of_a_process(tmp_path, monkeypatch):
     before = os.getpriority(os.PRIO_PROCESS, worker.native_id)
     want = before + 1 if before < 19 else before - 1  # make test runs the unit tests at nice 19
     try:
-        t = priority.favor_when_started("demo-controller-1", nice=want, poll=0.01, pid_dir=tmp_path)
+        priority.favor_when_started("demo-controller-1", nice=want, poll=0.01, pid_dir=tmp_path)
         deadline = time.monotonic() + 3
         while os.getpriority(os.PRIO_PROCESS, worker.native_id) != want and time.monotonic() < deadline:
             time.sleep(0.02)
