@@ -262,7 +262,8 @@ def test_slurm_conf_overrides(rendered):
 def test_cgroup_conf(rendered):
     lines = [line for line in (rendered / "sample" / "cgroup.conf").read_text().splitlines()
              if line and not line.startswith("#")]
-    assert lines == ["CgroupPlugin=cgroup/v2", "ConstrainCores=yes", "ConstrainDevices=yes", "ConstrainRAMSpace=yes"]
+    assert lines == ["CgroupPlugin=cgroup/v2", "ConstrainCores=yes", "ConstrainDevices=yes", "ConstrainRAMSpace=yes",
+                     "SystemdTimeout=30000"]
 
 
 def test_hosts_block_and_daemon_options(rendered):
