@@ -309,12 +309,15 @@ def test_an_auto_resume_srun_not_told_that_its_step_ended_is_ended_with_the_step
     student("rm -f ~/untold.out ~/untold.done; (nohup srun --auto-resume=1 -p dev -N1 -w " + node
             + " sh -c 'sleep 15; hostname > ~/untold.done' > ~/untold.out 2>&1; echo exit=$? >> ~/untold.out)"
             " > /dev/null 2>&1 &")
-    wait(lambda: any(s.endswith(".0") for s in on("controller", f"squeue -h -s -w {node} -o %i").split()), 300,
-         "the step to run", 1)
+    step = wait(lambda: [s for s in on("controller", f"squeue -h -s -w {node} -o %i").split() if s.endswith(".0")],
+                300, "the step to run", 1)[0]
     on(node, f"sudo ip route add unreachable {login}/32")
     try:
         wait(lambda: student("cat ~/untold.done 2>/dev/null").strip() == node, 120, "the task to end", 2)
-        time.sleep(5)  # the exit message's tries: about 2 s
+        # until slurmctld has the step's end: slurmstepd tells srun before it tells slurmctld, so its tries to
+        # tell srun are over (an emulated guest under CI's load took longer than 5 s to get there: run J)
+        wait(lambda: on("controller", f"sacct -n -P -j {step} -o State").strip() not in ("", "RUNNING"), 360,
+             "slurmctld to have the step's end", 3)
     finally:
         on(node, f"sudo ip route del unreachable {login}/32")
     wait(lambda: "exit=" in student("cat ~/untold.out"), 300, "srun to end", 5)
