@@ -25,12 +25,16 @@ SLOWEST = 15
 TEST_PHASES = ("unit", "api", "e2e")
 
 
+def _test_id(case) -> str:
+    """A JUnit testcase's id: tests/<dir>/<file>.py::<name>."""
+    return f"{case.get('classname', '').replace('.', '/')}.py::{case.get('name', '')}"
+
+
 def test_times(junit: Path) -> dict[str, float]:
     """test id (tests/<dir>/<file>::<name>) -> seconds."""
     out: dict[str, float] = {}
     for case in ET.parse(junit).getroot().iter("testcase"):
-        module = case.get("classname", "").replace(".", "/")
-        name = f"{module}.py::{case.get('name', '')}"
+        name = _test_id(case)
         out[name] = out.get(name, 0.0) + float(case.get("time") or 0.0)
     return out
 
@@ -43,9 +47,8 @@ def failures(junit: Path) -> dict[str, str]:
         if bad is None:
             bad = case.find("error")
         if bad is not None:
-            module = case.get("classname", "").replace(".", "/")
             first = (bad.get("message") or bad.text or "").strip().splitlines()
-            out[f"{module}.py::{case.get('name', '')}"] = (first[0] if first else bad.tag)[:200]
+            out[_test_id(case)] = (first[0] if first else bad.tag)[:200]
     return out
 
 
