@@ -69,9 +69,10 @@ def lab_home(tmp_path_factory):
     # safety net: whatever happened, leave nothing behind; keep the logs
     if (home / "clusters" / NAME).exists():
         dest = REPO / "artifacts" / "e2e-logs"
-        shutil.copytree(home / "clusters" / NAME / "logs", dest / "vagrant", dirs_exist_ok=True)
-        shutil.copytree(home / "clusters" / NAME / "ansible", dest / "ansible", dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns("fact_cache"))
+        for sub, to in (("logs", "vagrant"), ("ansible", "ansible")):  # what is left of them
+            if (home / "clusters" / NAME / sub).is_dir():
+                shutil.copytree(home / "clusters" / NAME / sub, dest / to, dirs_exist_ok=True,
+                                ignore=shutil.ignore_patterns("fact_cache"))
     close_home(home, old, NAME, "engine.log")
 
 
