@@ -6,12 +6,13 @@ says why two streams of them can run at once)."""
 from __future__ import annotations
 
 import json
-import shlex
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from lab.testing.cluster import LabCluster
+from lab.testing.served import Served  # noqa: F401 - the e2e modules' boto3 server
 
 REPO = Path(__file__).resolve().parents[2]
 DONE = ("COMPLETED", "FAILED", "OUT_OF_MEMORY", "CANCELLED", "TIMEOUT")
@@ -58,11 +59,9 @@ def events_of(cluster: str) -> list[str]:
     return [e["Description"] for e in sl_json("list-cluster-events", cluster)["Events"]]
 
 
-class Cluster:
-    """One cluster of the module's lab home, by name."""
-
-    def __init__(self, name: str):
-        self.name = name
+class Cluster(LabCluster):
+    """One cluster of the module's lab home, by name: the pytest plugin's LabCluster (lab/testing/cluster.py),
+    so that the e2e suite runs its commands through it; describe and nodes through the command line."""
 
     def describe(self) -> dict:
         return sl_json("describe-cluster", self.name)
@@ -75,20 +74,12 @@ class Cluster:
         """`command` on a node as `slurmlab ssh NAME NODE -- COMMAND` runs it (the same lookup, the same kept
         connection), without a Python start per call: the tests make hundreds, each 0.4 s of CPU (issue 43).
         The command itself stays tested where a test calls `sl("ssh", ...)`."""
-        from lab.cmd.base import node_named
-        from lab.engine import daemon
-        from lab.providers import kept
-
-        match = node_named(daemon.store(), self.name, node)
-        p = subprocess.run(kept.command(self.name, match.address, [command]), capture_output=True, text=True,
-                           timeout=300, stdin=subprocess.DEVNULL)
-        assert p.returncode == 0, f"{command!r} on {node} failed: {p.stdout}{p.stderr}"
-        return p.stdout
+        return self.out(node, command)
 
     def student(self, command: str, user: str = "user03", node: str = "login") -> str:
         """`command` as a student account, in its home (the shared /home). Not `sudo -i`: it escapes
         the command for the login shell, and `$(...)` then reaches sh broken."""
-        return self.on(node, f"sudo -u {user} -H -- sh -c {shlex.quote('cd && ' + command)}")
+        return self.out(node, command, user=user)
 
     def job_state(self, job: str, timeout: float = 120, want=DONE) -> tuple[str, str]:
         """(State, NodeList) of a job in Slurm accounting, once it reached one of `want`."""
@@ -100,28 +91,3 @@ class Cluster:
             if state in want or time.monotonic() > deadline:
                 return state, row[1]
             time.sleep(3)
-
-
-class Served:
-    """`slurmlab serve` on a module's lab home, started once for the module's boto3 tests."""
-
-    def __init__(self, home: Path):
-        self.log = open(home / "serve.log", "w")
-        self.proc = subprocess.Popen([sys.executable, "-m", "lab", "serve", "--provider", "vagrant", "--port", "0"],
-                                     stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        (home / "serve.json").unlink(missing_ok=True)
-        wait(lambda: (home / "serve.json").exists() or self.proc.poll() is not None, 60, "slurmlab serve", 0.2)
-        assert self.proc.poll() is None, (home / "serve.log").read_text()[-2000:]
-        time.sleep(0.3)
-        self.url = json.loads((home / "serve.json").read_text())["url"]
-
-    def client(self):
-        import boto3
-
-        return boto3.client("sagemaker", endpoint_url=self.url, region_name="us-east-1",
-                            aws_access_key_id="x", aws_secret_access_key="x")
-
-    def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(timeout=30)
-        self.log.close()

@@ -467,6 +467,20 @@ def test_verify_passes_on_the_cluster(tmp_path):
     assert "test_srun_covers_all_compute_nodes PASSED" in p.stdout
 
 
+def test_a_users_own_tests_run_through_the_pytest_plugin():
+    """Issue 46: examples/verification/ (the ten-line test_hello.py among them) with plain pytest, its
+    slurm_cluster fixture given this running cluster by name: a batch job on two nodes, a testinfra host,
+    commands as a user."""
+    folder = REPO / "examples" / "verification"
+    p = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v", "-rfE", str(folder),
+                        f"--rootdir={folder}", "--slurm-cluster", NAME], cwd=folder, capture_output=True, text=True,
+                       timeout=900, stdin=subprocess.DEVNULL)
+    (REPO / "artifacts").mkdir(exist_ok=True)
+    (REPO / "artifacts" / "plugin-run.txt").write_text(p.stdout + p.stderr)
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
+    assert "4 passed" in p.stdout and "test_a_job_runs_on_two_nodes PASSED" in p.stdout
+
+
 def test_verify_names_a_stopped_slurmd(tmp_path):
     """slurmd stays stopped on compute-2: the next test's deep health check must find it."""
     node = f"{NAME}-compute-2"
