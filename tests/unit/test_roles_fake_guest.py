@@ -150,6 +150,7 @@ class Lab:
             "slurmlab_lifecycle_dest": str(tmp / "lifecycle-dest"),
             "slurmlab_lifecycle_marker": str(tmp / "lifecycle-on-create.done"),
             "slurmlab_lifecycle_log": str(tmp / "provision" / "provisioning.log"),
+            "slurmlab_lifecycle_live": str(tmp / "provision" / "on-create.out"),
         }
 
     def read_state(self):
@@ -255,8 +256,11 @@ def test_leave_names_the_jobs_then_reconfigures_once(lab):
 def test_on_create_runs_once_and_a_failure_names_script_exit_and_output(lab):
     (lab.tmp / "fail-on-create").touch()
     recap, out = lab.run("lifecycle.yml", "demo-compute-2", expect_rc=2)
-    assert "on_create.sh failed on demo-compute-2 (exit 3). Last lines of its output: boom" in out
+    assert ("on_create.sh failed on demo-compute-2 (exit 3). After a fix: slurmlab lifecycle rerun demo "
+            "demo-compute-2. Last lines of its output: boom") in out
     assert not (lab.tmp / "lifecycle-on-create.done").exists()
+    # the output as it came (what `slurmlab lifecycle rerun` follows): the last run's
+    assert (lab.tmp / "provision" / "on-create.out").read_text() == "boom\n"
 
     (lab.tmp / "fail-on-create").unlink()
     recap, out = lab.run("lifecycle.yml", "demo-compute-2")
@@ -283,7 +287,7 @@ def test_a_failed_step_is_named_with_its_last_lines_without_the_traceback(lab):
         'echo "subprocess.CalledProcessError: returned non-zero exit status 127."\nexit 1\n')
     recap, out = lab.run("lifecycle.yml", "demo-compute-2", expect_rc=2)
     assert ("on_create.sh failed on demo-compute-2 (exit 1) in step ./setup_accounting.sh controller. "
-            "Last lines of its output: line 4 | line 5 | line 6 | E: no such command: mysqll") in out, out
+            "After a fix: slurmlab lifecycle rerun demo demo-compute-2. Last lines of its output: line 4 | line 5 | line 6 | E: no such command: mysqll") in out, out
     assert "users added" not in out.split("in step")[1] and "CalledProcessError" not in out.split("in step")[1]
     # the script wrote the provisioning log itself (as AWS's on_create.sh does): the lab adds nothing
     assert (lab.tmp / "provision" / "provisioning.log").read_text() == "own log line\n"
