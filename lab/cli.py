@@ -2,7 +2,7 @@
 
 The commands live by area in lab/cmd/ (base: the app and the renderers; hosts: doctor, host, box;
 clusters: the cluster and node operations, ssh, up; extensions: the cluster extensions; metrics: their numbers; logs: a node's
-logs; serving: verify, serve; users; checkpoints); the capacity and engine groups are here. `slurmlab --help` lists them in the order they register.
+logs; serving: verify, serve; reframe: reframe-config; users; checkpoints); the capacity and engine groups are here. `slurmlab --help` lists them in the order they register.
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from lab.errors import LabError
 from lab.output import Output, err, out, print_json
 
 # The areas register their commands in this order, the order of `slurmlab --help`: version (base),
-# doctor, the host and box groups (hosts, hostlist: the lab's libvirt hosts), the cluster commands and up, verify and serve, the users
+# doctor, the host and box groups (hosts, hostlist: the lab's libvirt hosts), the cluster commands and up, verify and serve, reframe-config, the users
 # group, the students group; the capacity and engine groups follow below.
-for _area in ("hosts", "hostlist", "clusters", "extensions", "metrics", "logs", "forward", "serving", "users", "students", "checkpoints"):
+for _area in ("hosts", "hostlist", "clusters", "extensions", "metrics", "logs", "lifecycle", "forward", "serving", "reframe", "users",
+              "students", "checkpoints"):
     importlib.import_module(f"lab.cmd.{_area}")
 
 capacity_app = typer.Typer(help="Simulated capacity per instance type (the lab's 'insufficient capacity' day).",

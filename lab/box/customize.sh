@@ -467,6 +467,11 @@ if [ -n "$WHEELS" ]; then
   cp "$WHEELS"/*.whl "$R/tmp/wheels/"
   in_root sh -c 'pip install -q --no-deps --no-index --break-system-packages --root-user-action=ignore /tmp/wheels/*.whl'
   rm -rf "$R/tmp/wheels"
+  if [ -x "$R/usr/local/bin/reframe" ]; then
+    # ReFrame (recipe.WORKSHOP_WHEELS) runs on Debian's older dependencies: what it imports at start must load
+    say "reframe $(in_root reframe -V) (slurmlab reframe-config writes a cluster's configuration)"
+    in_root python3 -c 'import reframe.frontend.cli, reframe.core.config'
+  fi
   # the nodes have no route out: no "receive official Jupyter news?" question, no update check
   mkdir -p "$R/usr/local/share/jupyter/lab/settings"
   cat > "$R/usr/local/share/jupyter/lab/settings/overrides.json" <<'EOF'

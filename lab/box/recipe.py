@@ -94,6 +94,20 @@ WORKSHOP_PACKAGES: tuple[str, ...] = (
     # files in and out through the room's port (lab/room): scp (SFTP since OpenSSH 9) and rsync
     "openssh-sftp-server",
     "rsync",
+    # ReFrame's dependencies (issue 46, docs/verification.md; its wheel is WORKSHOP_WHEELS): Debian's, older
+    # than the wheel's pins (jsonschema 4.19, lxml 5.4, fasteners 0.18, tabulate 0.9: ReFrame 4.10.4 was
+    # checked with exactly these); ClusterShell is only an sdist on PyPI. polars (results storage, off
+    # by default, imported only then) is left out.
+    "python3-argcomplete",
+    "python3-clustershell",
+    "python3-fasteners",
+    "python3-jinja2",
+    "python3-jsonschema",
+    "python3-lxml",
+    "python3-requests",
+    "python3-semver",
+    "python3-tabulate",
+    "python3-yaml",
 )
 
 # Empty packages that stand in for libraries no lab node can use (`slurmlab-placeholders`, made by
@@ -108,6 +122,11 @@ PLACEHOLDERS: tuple[str, ...] = ("libamdhip64-5 (= 5.7.1-6+deb13u1)", "libhsa-ru
 # The builder downloads them on the host (sys.executable -m pip); customize.sh installs them
 # with the image's own pip, --no-deps --no-index (their dependencies are PACKAGES above).
 WHEELS: tuple[str, ...] = ("jupyterlab==4.0.13", "jupyter-lsp==2.2.5", "batchspawner==1.3.0")
+
+# The workshop's wheels (the default line only, as WORKSHOP_PACKAGES): ReFrame, the regression-test
+# framework (`reframe`; `slurmlab reframe-config` writes its site configuration), pure Python, and
+# archspec, the one dependency trixie lacks (pure Python too); the others are in WORKSHOP_PACKAGES.
+WORKSHOP_WHEELS: tuple[str, ...] = ("reframe-hpc==4.10.4", "archspec==0.2.7")
 
 # Not installed in the image (they have no use in a lab node and cost ~70 MB). The copyright
 # files stay. These options also stay in the image's /etc/dpkg/dpkg.cfg.d/.
@@ -140,7 +159,7 @@ class Recipe:
     variant: str = "minbase"
     mirror: str = DEFAULT_MIRROR
     packages: tuple[str, ...] = PACKAGES + WORKSHOP_PACKAGES
-    wheels: tuple[str, ...] = WHEELS
+    wheels: tuple[str, ...] = WHEELS + WORKSHOP_WHEELS
     dpkg_options: tuple[str, ...] = DPKG_OPTIONS + DPKG_WORKSHOP
     # virtual packages an empty `slurmlab-placeholders` package provides (PLACEHOLDERS)
     placeholders: tuple[str, ...] = PLACEHOLDERS

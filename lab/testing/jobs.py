@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from lab.testing.cluster import LabCluster
+from typing import Any
 
 # sacct's final states (a state may carry more words: "CANCELLED by 1000")
 DONE = ("COMPLETED", "FAILED", "OUT_OF_MEMORY", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
@@ -32,7 +29,7 @@ def state_of(record: dict[str, str] | None) -> str:
 
 @dataclass
 class Job:
-    cluster: LabCluster
+    cluster: Any  # the LabCluster it was submitted on (lab/testing/cluster.py imports this module)
     id: str
     user: str
     output_path: str  # where Slurm writes its stdout (and stderr, unless the test asked otherwise)
