@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -325,6 +327,34 @@ def test_an_auto_resume_srun_not_told_that_its_step_ended_is_ended_with_the_step
     keep("untold-srun.txt", subprocess.CompletedProcess([], 0, out, ""))
     assert "but srun was not told" in out and "exit=0" in out, out
     assert not on("controller", f"squeue -h -w {node} -o %i").strip()  # the job is gone, its node free
+
+
+def test_lifecycle_rerun_runs_the_edited_scripts_on_a_new_fork_and_leaves_the_rest():
+    """Issue 46: the compute group's scripts edited in a folder of their own; `slurmlab lifecycle rerun` replaces
+    compute-2 with a new fork that runs them, shows their output as it comes, and says the result with its
+    times (to artifacts/, a benchmark's figures, not asserted). The other nodes keep their instances."""
+    node = f"{NAME}-compute-2"
+    before = nodes()
+    edited = Path(os.environ["SLURMLAB_HOME"]) / "lifecycle-edited"  # the group's scripts from now on: kept
+    shutil.copytree(SPEC.parent / "lifecycle", edited)
+    script = edited / "on_create.sh"
+    script.write_text(script.read_text() + 'echo "Execute script: ./edited"\necho "edited on $(hostname)" > /etc/slurmlab-rerun\n')
+    t0 = time.monotonic()
+    p = sl("lifecycle", "rerun", NAME, node, "--from", str(edited))
+    took = time.monotonic() - t0
+    keep("lifecycle-rerun.txt", p)
+    assert f"{node} | [on_create] start on {node}" in p.stdout and f"{node} | Execute script: ./edited" in p.stdout
+    assert f"{node}: Succeeded (new fork " in p.stderr, p.stderr
+    after = nodes()
+    assert after[node]["InstanceId"] != before[node]["InstanceId"]
+    assert {n: v["InstanceId"] for n, v in after.items() if n != node} == \
+        {n: v["InstanceId"] for n, v in before.items() if n != node}
+    assert on(node, "cat /etc/slurmlab-rerun").strip() == f"edited on {node}"
+    wait(lambda: on("controller", f"sinfo -h -N -n {node} -o %T").strip() == "idle", 600, f"{node} idle in Slurm", 3)
+    times = re.search(r"new fork ([0-9.]+) s, scripts' result ([0-9.]+) s", p.stderr)
+    (REPO / "artifacts" / "lifecycle-rerun.json").write_text(json.dumps(
+        {"node": node, "new_fork_s": float(times[1]), "scripts_result_s": float(times[2]), "command_s": round(took, 1),
+         "idle_in_slurm_s": round(time.monotonic() - t0, 1)}))
 
 
 def test_auto_patch_when_idle_patches_the_idle_node_and_the_busy_one_after_its_job(served):
