@@ -20,13 +20,18 @@ def verify(
     inventory: Optional[str] = typer.Option(None, "--inventory", help="check the cluster of this Ansible inventory instead"),
     select: Optional[str] = typer.Option(None, "-k", help="only the checks whose names match this pytest -k expression, "
                                          "e.g. -k slurmd"),
+    tests: list[str] = typer.Option([], "--tests", metavar="DIR", help="also run your own testinfra checks "
+                                    "(test_*.py) in this folder, with the suite's fixtures (cluster, node, sinfo...); "
+                                    "repeatable"),
 ) -> None:
-    """Check a running cluster (munge, daemons, jobs, names, SSH, clocks) with a testinfra suite. Exit 0 only when all pass."""
+    """Check a running cluster (munge, daemons, jobs, names, SSH, clocks) with a testinfra suite, and your own
+    checks (--tests). Exit 0 only when all pass."""
     from pathlib import Path
 
     from lab import verify as v
     from lab.errors import NotFound
 
+    own = v.user_tests(tests)  # a bad folder stops here, before an inventory is written
     if inventory:
         inv = Path(inventory).expanduser()
     else:
@@ -45,7 +50,7 @@ def verify(
 
         ssh = cluster_ssh_exe(name)
     rc = v.run(inv, Path(junit).expanduser() if junit else None, extra_args=("-k", select) if select else (),
-               ssh_executable=ssh)
+               ssh_executable=ssh, tests=own)
     if rc == 5:
         err.print("error: the verify suite collected no tests (empty inventory groups?)", markup=False, highlight=False)
         rc = exitcodes.FAILURE

@@ -458,13 +458,17 @@ def _junit(path: Path) -> tuple[dict, set[str]]:
 
 
 def test_verify_passes_on_the_cluster(tmp_path):
+    """The built-in checks and a site's own (examples/verify-tests, issue 46) in one run, one JUnit file."""
     junit = tmp_path / "verify.xml"
-    p = sl("verify", NAME, "--junit", str(junit), check=False, timeout=1200)
+    p = sl("verify", NAME, "--junit", str(junit), "--tests", str(REPO / "examples" / "verify-tests"), check=False,
+           timeout=1200)
     _keep("verify-pass.txt", p)
     counts, failed = _junit(junit)
     assert p.returncode == 0, f"verify failed: {sorted(failed)}\n{p.stdout[-4000:]}"
     assert counts["tests"] >= 30 and counts["failures"] == 0 and counts["errors"] == 0 and not failed
     assert "test_srun_covers_all_compute_nodes PASSED" in p.stdout
+    assert "test_default_partition_holds_every_compute_node PASSED" in p.stdout
+    assert f"test_chrony_follows_the_controller[{NAME}-compute-1] PASSED" in p.stdout
 
 
 def test_a_users_own_tests_run_through_the_pytest_plugin():

@@ -69,7 +69,7 @@ def test_named_cluster_is_checked_on_its_running_nodes_only(lab_home, monkeypatc
 
     inv = _real_cluster(lab_home, running=("demo-controller-1", "demo-login-1", "demo-compute-1"))
     calls = []
-    monkeypatch.setattr(verify, "run", lambda i, j, extra_args=(), ssh_executable=None: calls.append((i, ssh_executable)) or 0)
+    monkeypatch.setattr(verify, "run", lambda i, j, extra_args=(), ssh_executable=None, tests=(): calls.append((i, ssh_executable)) or 0)
     res = CliRunner().invoke(app, ["verify", "demo"])
     assert res.exit_code == 0 and [c[0] for c in calls] == [inv]
     assert calls[0][1] and calls[0][1].endswith("ssh")  # a slurmlab cluster: plain ssh in the lab's namespace
@@ -83,7 +83,7 @@ def test_named_cluster_is_checked_on_its_running_nodes_only(lab_home, monkeypatc
 def test_k_selects_checks_as_pytest_does(lab_home, monkeypatch):
     _real_cluster(lab_home)
     calls = []
-    monkeypatch.setattr(verify, "run", lambda i, j, extra_args=(), ssh_executable=None: calls.append(extra_args) or 0)
+    monkeypatch.setattr(verify, "run", lambda i, j, extra_args=(), ssh_executable=None, tests=(): calls.append(extra_args) or 0)
     assert CliRunner().invoke(app, ["verify", "demo", "-k", "slurmd"]).exit_code == 0
     assert CliRunner().invoke(app, ["verify", "demo"]).exit_code == 0
     assert calls == [("-k", "slurmd"), ()]
@@ -98,7 +98,7 @@ def test_missing_inventory_given_by_path(lab_home, tmp_path):
 def test_exit_code_is_pytests_with_no_tests_an_error(lab_home, monkeypatch, rc, want):
     inv = _real_cluster(lab_home)
     calls = []
-    monkeypatch.setattr(verify, "run", lambda i, j, extra_args=(), ssh_executable=None: calls.append((i, j)) or rc)
+    monkeypatch.setattr(verify, "run", lambda i, j, extra_args=(), ssh_executable=None, tests=(): calls.append((i, j)) or rc)
     res = CliRunner().invoke(app, ["verify", "demo", "--junit", "out.xml"])
     assert res.exit_code == want
     assert calls[0][0] == inv and calls[0][1].name == "out.xml"

@@ -1,6 +1,7 @@
 """The cluster under test, as the suite's checks see it: the inventory's groups, host vars, and
 one testinfra host per node (Ansible's connection, or plain ssh: lab/verify/__init__.py). Shared by
-conftest.py (fixtures, parametrization) and the test_*.py modules.
+fixtures.py (fixtures, parametrization), the test_*.py modules and a user's own checks
+(`from lab.verify.suite.labcluster import active`).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ Groups: slurm_controller (one host), slurm_compute (one or more), slurm_login (o
 
 The checks by area: test_cluster.py (inventory, munge, Slurm daemons, scheduling), test_nodes.py
 (names, SSH, clocks, student accounts, GPUs, cgroups), test_workshop.py (shared folders over NFS,
-accounting). The cluster and its fixtures: labcluster.py, conftest.py.
+accounting). The cluster and its fixtures: labcluster.py, fixtures.py.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from __future__ import annotations
 import shlex
 
 import pytest
-from labcluster import COMPUTE, CONTROLLER, GOOD_STATES, MUNGE_KEY, SRUN_WAIT, active
+
+from lab.verify.suite.labcluster import COMPUTE, CONTROLLER, GOOD_STATES, MUNGE_KEY, SRUN_WAIT, active
 
 
 # ---------------------------------------------------------------- inventory

@@ -7,7 +7,8 @@ import shlex
 import time
 
 import pytest
-from labcluster import CLOCK_TOLERANCE, VAGRANT_INSECURE_KEY
+
+from lab.verify.suite.labcluster import CLOCK_TOLERANCE, VAGRANT_INSECURE_KEY
 
 
 # ---------------------------------------------------------------- names, ssh, clocks

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 
-from labcluster import active
+from lab.verify.suite.labcluster import active
 
 
 # ---------------------------------------------------------------- shared folders (NFS)
