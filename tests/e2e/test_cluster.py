@@ -638,8 +638,12 @@ def test_action_replace_under_an_auto_resume_step():
     iid = nodes()[node]["InstanceId"]
     # 20 steps of 2 s: still counting when the replace comes (about 8 s after both nodes started), so the
     # step is cut short, started again on the repaired allocation and resumed from its progress
-    step = ("mkdir -p ~/ar && h=$(hostname) && i=$(cat ~/ar/$h 2>/dev/null || echo 0) && "
-            "while [ $i -lt 20 ]; do i=$((i + 1)); echo $i > ~/ar/$h; sleep 2; done && echo finished-$h")
+    # The progress is written as a checkpoint must be: to a new file, renamed over the old one. A plain
+    # `echo $i > FILE` cut by the replace left FILE empty on the NFS server (CI run L: the step started again
+    # on the new VM, read "", and `[ -lt 20 ]` ended the loop at once).
+    step = ("mkdir -p ~/ar && h=$(hostname) && i=$(cat ~/ar/$h 2>/dev/null); i=${i:-0} && "
+            "while [ $i -lt 20 ]; do i=$((i + 1)); echo $i > ~/ar/.$h && mv ~/ar/.$h ~/ar/$h; sleep 2; done && "
+            "echo finished-$h")
     import shlex
 
     student("rm -rf ~/ar ~/ar.out; mkdir -p ~/ar; (nohup srun --auto-resume=1 -p dev -N2 --ntasks-per-node=1 "
