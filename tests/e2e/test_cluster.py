@@ -471,35 +471,6 @@ def test_verify_passes_on_the_cluster(tmp_path):
     assert f"test_chrony_follows_the_controller[{NAME}-compute-1] PASSED" in p.stdout
 
 
-def test_a_users_own_tests_run_through_the_pytest_plugin():
-    """Issue 46: examples/verification/ (the ten-line test_hello.py among them) with plain pytest, its
-    slurm_cluster fixture given this running cluster by name: a batch job on two nodes, a testinfra host,
-    commands as a user."""
-    folder = REPO / "examples" / "verification"
-    p = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v", "-rfE", str(folder),
-                        f"--rootdir={folder}", "--slurm-cluster", NAME], cwd=folder, capture_output=True, text=True,
-                       timeout=900, stdin=subprocess.DEVNULL)
-    (REPO / "artifacts").mkdir(exist_ok=True)
-    (REPO / "artifacts" / "plugin-run.txt").write_text(p.stdout + p.stderr)
-    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
-    assert "4 passed" in p.stdout and "test_a_job_runs_on_two_nodes PASSED" in p.stdout
-
-
-def test_a_reframe_check_runs_through_the_generated_configuration():
-    """Issue 46: `slurmlab reframe-config --install` puts the cluster's ReFrame configuration on the login node;
-    a student runs examples/reframe/hello.py with the box's ReFrame through its Slurm backend: hostname on
-    the two nodes of partition dev (the gpu partition's one node is skipped by the check)."""
-    p = sl("reframe-config", NAME, "--install")
-    _keep("reframe-install.txt", p)
-    assert f"installed /etc/slurmlab/reframe/{NAME}.py on {NAME}-login-1" in p.stderr, p.stderr
-    check = (REPO / "examples" / "reframe" / "hello.py").read_text()
-    student(f"mkdir -p rfm && cat > rfm/hello.py <<'CHECK'\n{check}CHECK\n")
-    out = student("cd rfm && bash -lc 'reframe -c hello.py -r' 2>&1; echo rc=$?")
-    _keep("reframe-run.txt", subprocess.CompletedProcess(["reframe"], 0, out, ""))
-    assert "rc=0" in out and "[  PASSED  ] Ran 1/1 test case(s)" in out, out[-3000:]
-    assert f"{NAME}:dev" in out
-
-
 def test_verify_names_a_stopped_slurmd(tmp_path):
     """slurmd stays stopped on compute-2: the next test's deep health check must find it."""
     node = f"{NAME}-compute-2"

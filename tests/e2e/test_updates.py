@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -327,6 +328,35 @@ def test_an_auto_resume_srun_not_told_that_its_step_ended_is_ended_with_the_step
     keep("untold-srun.txt", subprocess.CompletedProcess([], 0, out, ""))
     assert "but srun was not told" in out and "exit=0" in out, out
     assert not on("controller", f"squeue -h -w {node} -o %i").strip()  # the job is gone, its node free
+
+
+def test_a_users_own_tests_run_through_the_pytest_plugin():
+    """Issue 46: examples/verification/ (the ten-line test_hello.py among them) with plain pytest, its
+    slurm_cluster fixture given this running cluster by name: a batch job on two nodes, a testinfra host,
+    commands as a user. (Here rather than on the class cluster: the streams' lengths, ADR 0029.)"""
+    folder = REPO / "examples" / "verification"
+    p = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v", "-rfE", str(folder),
+                        f"--rootdir={folder}", "--slurm-cluster", NAME], cwd=folder, capture_output=True, text=True,
+                       timeout=900, stdin=subprocess.DEVNULL)
+    (REPO / "artifacts").mkdir(exist_ok=True)
+    (REPO / "artifacts" / "plugin-run.txt").write_text(p.stdout + p.stderr)
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
+    assert "4 passed" in p.stdout and "test_a_job_runs_on_two_nodes PASSED" in p.stdout
+
+
+def test_a_reframe_check_runs_through_the_generated_configuration():
+    """Issue 46: `slurmlab reframe-config --install` puts the cluster's ReFrame configuration on the login node;
+    a student runs examples/reframe/hello.py with the box's ReFrame through its Slurm backend: hostname on
+    the two nodes of partition dev. (Here rather than on the class cluster: the streams' lengths, ADR 0029.)"""
+    p = sl("reframe-config", NAME, "--install")
+    keep("reframe-install.txt", p)
+    assert f"installed /etc/slurmlab/reframe/{NAME}.py on {NAME}-login-1" in p.stderr, p.stderr
+    check = (REPO / "examples" / "reframe" / "hello.py").read_text()
+    student(f"mkdir -p rfm && cat > rfm/hello.py <<'CHECK'\n{check}CHECK\n")
+    out = student("cd rfm && bash -lc 'reframe -c hello.py -r' 2>&1; echo rc=$?")
+    keep("reframe-run.txt", subprocess.CompletedProcess(["reframe"], 0, out, ""))
+    assert "rc=0" in out and "[  PASSED  ] Ran 1/1 test case(s)" in out, out[-3000:]
+    assert f"{NAME}:dev" in out
 
 
 def test_lifecycle_rerun_runs_the_edited_scripts_on_a_new_fork_and_leaves_the_rest():
