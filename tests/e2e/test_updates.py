@@ -309,11 +309,14 @@ def test_an_auto_resume_srun_not_told_that_its_step_ended_is_ended_with_the_step
     srun fail at once, and Slurm's srun would wait for ever while slurmctld has the step COMPLETED. The
     `--auto-resume=1` wrapper sees that, says so, ends srun and the job, and exits 0, the step's code."""
     node, login = f"{NAME}-compute-1", nodes()[f"{NAME}-login-1"]["PrivatePrimaryIp"]
-    student("rm -f ~/untold.out ~/untold.done; (nohup srun --auto-resume=1 -p dev -N1 -w " + node
-            + " sh -c 'sleep 15; hostname > ~/untold.done' > ~/untold.out 2>&1; echo exit=$? >> ~/untold.out)"
-            " > /dev/null 2>&1 &")
+    student("rm -f ~/untold.out ~/untold.done ~/untold.started; (nohup srun --auto-resume=1 -p dev -N1 -w " + node
+            + " sh -c 'hostname > ~/untold.started; sleep 15; hostname > ~/untold.done' > ~/untold.out 2>&1;"
+            " echo exit=$? >> ~/untold.out) > /dev/null 2>&1 &")
     step = wait(lambda: [s for s in on("controller", f"squeue -h -s -w {node} -o %i").split() if s.endswith(".0")],
                 300, "the step to run", 1)[0]
+    # its task runs: the step in squeue is not enough (CI run L: the route came before slurmstepd had
+    # connected to srun, the task never started, and nothing wrote untold.done)
+    wait(lambda: student("cat ~/untold.started 2>/dev/null || true").strip() == node, 120, "the task to start", 1)
     on(node, f"sudo ip route add unreachable {login}/32")
     try:
         wait(lambda: student("cat ~/untold.done 2>/dev/null || true").strip() == node, 120, "the task to end", 2)
