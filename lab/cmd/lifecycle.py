@@ -53,8 +53,11 @@ class _Follow:
 
 def _follow(name: str, plan: dict, show: bool, say, timeout: float) -> list[dict]:
     """Each node from its replacement to its scripts' result: timings (s from the request), the result,
-    the message of a failure, the lines seen."""
+    the message of a failure. The scripts' output is followed on VMs (a simulated node runs none)."""
+    from lab.providers import registry
+
     st, t0 = store(), time.monotonic()
+    vms = not registry.info(st.cluster(name).provider).simulated
     todo = {n: {"Node": n, "Seconds": {}} for n in plan["Nodes"]}
     follows: dict[str, _Follow] = {}
     while any("Result" not in r for r in todo.values()):
@@ -73,7 +76,7 @@ def _follow(name: str, plan: dict, show: bool, say, timeout: float) -> list[dict
             if new and "NewInstance" not in r["Seconds"] and n.phase not in ("replacing", "launching", "planned"):
                 r["Seconds"]["NewInstance"] = now
                 say(f"{name_}: new instance {n.instance_id} at {n.address}, configuring")
-            if new and n.phase == "configuring" and name_ not in follows and n.address:
+            if vms and new and n.phase == "configuring" and name_ not in follows and n.address:
                 follows[name_] = _Follow(name, name_, n.address, show)
             if new and (n.phase in DONE_PHASES or n.phase == "failed"):
                 r["Seconds"]["Scripts"] = now
