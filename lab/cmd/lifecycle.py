@@ -28,20 +28,30 @@ class _Follow:
     def __init__(self, cluster: str, node: str, address: str, show: bool):
         from lab.providers import kept
 
+        self.cluster, self.node, self.address, self.show = cluster, node, address, show
         cmd = kept.command(cluster, address, [f"sudo tail -n +1 -F {LIVE} 2>/dev/null"])
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
                                      text=True)
         self.lines: list[str] = []
-        self.thread = threading.Thread(target=self._read, args=(node, show), daemon=True)
+        self._lock = threading.Lock()
+        self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
 
-    def _read(self, node: str, show: bool) -> None:
+    def _say(self, line: str) -> None:
+        with self._lock:
+            self.lines.append(line)
+            if self.show:
+                out.print(f"{self.node} | {line}", markup=False, highlight=False)
+
+    def _read(self) -> None:
         for line in self.proc.stdout:
-            self.lines.append(line.rstrip("\n"))
-            if show:
-                out.print(f"{node} | {line.rstrip()}", markup=False, highlight=False)
+            self._say(line.rstrip("\n"))
 
     def stop(self) -> None:
+        """End the tail; then the lines it had not shown yet (scripts quicker than the tail's ssh login
+        under emulation: CI's 7 s configure of a fork), read whole from the file."""
+        from lab.providers import kept
+
         time.sleep(0.5)  # the last lines in flight
         self.proc.terminate()
         try:
@@ -49,6 +59,13 @@ class _Follow:
         except subprocess.TimeoutExpired:
             self.proc.kill()
         self.thread.join(5)
+        try:
+            r = subprocess.run(kept.command(self.cluster, self.address, [f"sudo cat {LIVE} 2>/dev/null"]),
+                               capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            return
+        for line in r.stdout.splitlines()[len(self.lines):]:
+            self._say(line)
 
 
 def _follow(name: str, plan: dict, show: bool, say, timeout: float) -> list[dict]:
