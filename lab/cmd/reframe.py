@@ -24,8 +24,15 @@ def cluster_context(st, name: str):
     from lab.configure.ansible import AnsibleConfigurer
     from lab.control.lookup import get
 
+    import dataclasses
+
+    from lab.engine.plan import leaving
+
     c = get(st, name)
-    nodes = [n for n in st.nodes(name) if n.phase == "running"]
+    # the nodes Slurm has or is about to have again: running ones, and those being made, replaced or joined
+    # (a node just replaced by `lifecycle rerun` is joining: it counts), not the failed or leaving ones
+    nodes = [dataclasses.replace(n, phase="running") for n in st.nodes(name)
+             if not leaving(n) and n.phase not in ("planned", "failed", "lost")]
     return AnsibleConfigurer("ssh").context(c, st.groups(name), nodes)
 
 
