@@ -37,7 +37,7 @@ from lab.providers.base import Start
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench"
 SCRIPTS = ["engine_scale", "api_latency", "cluster_timeline", "checkpoint_restore", "faults", "naive", "phases",
-           "timeline_png", "room", "jupyter_hub", "onecluster", "configure_times", "faultlab", "faults_parts", "class_day"]
+           "timeline_png", "room", "jupyter_hub", "onecluster", "configure_times", "faultlab", "faults_parts", "class_day", "lifecycle_rerun"]
 CLI_SCRIPTS = ["engine_scale", "api_latency", "cluster_timeline", "checkpoint_restore", "faults", "room", "jupyter_hub",
                "configure_times"]
 
@@ -188,7 +188,7 @@ def cli_problems(source: str, where: str = "<source>") -> list[str]:
 
 
 @pytest.mark.parametrize("name", ["cluster_timeline", "checkpoint_restore", "faults", "faults_parts", "room",
-                                  "jupyter_hub", "class_day"])
+                                  "jupyter_hub", "class_day", "lifecycle_rerun"])
 def test_the_slurmlab_commands_a_script_runs_exist(name):
     path = BENCH / f"{name}.py"
     assert list(_cli_invocations(path.read_text())), "the script runs slurmlab commands: the scan must see them"
@@ -841,3 +841,17 @@ def test_class_day_drain_cancels_what_is_left_and_says_so(monkeypatch):
     took, left = cd.drain(Day(), timeout=900)
     assert left == ["7|RUNNING|cd-user01-3|user01|16:02"] and took == 1000.0
     assert ran[-1] == "sudo scancel --full 7"
+
+
+# ------------------------------------------------------------------------------------ lifecycle_rerun.py
+def test_lifecycle_rerun_reads_the_commands_times_and_concludes(tmp_path):
+    from bench import lifecycle_rerun as lr
+
+    assert lr.times_of("c-compute-1: Succeeded (new fork 9.0 s, scripts' result 16.0 s)") == (9.0, 16.0)
+    assert lr.times_of("c-compute-1: Failed") is None
+    res = lr.conclude({"rebuild_s": 120.0, "reruns": [{"command_s": 20.0, "ok": True}, {"command_s": 40.0, "ok": True},
+                                                       {"command_s": 22.0, "ok": True}, {"command_s": 5.0, "ok": False}]})
+    assert res["rerun_median_s"] == 22.0 and res["ratio"] == 0.183 and res["goal_met"] is True
+    folder = lr.edited_scripts(REPO / "examples" / "cluster.yaml", tmp_path, 2)
+    assert (folder / "on_create.sh").read_text().endswith('echo "Execute script: ./bench"\necho 2 > /etc/bench-rerun\n')
+    assert lr.parse_args(["--runs", "5"]).runs == 5
