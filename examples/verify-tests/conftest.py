@@ -7,5 +7,5 @@ import pytest
 
 @pytest.fixture(scope="session")
 def partition() -> str:
-    """The partition every compute node must be in, Slurm's default (examples/cluster.yaml: dev)."""
+    """Slurm's default partition at this site (examples/cluster.yaml and workshop.yaml: dev)."""
     return "dev"

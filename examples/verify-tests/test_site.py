@@ -2,15 +2,18 @@
 
     slurmlab verify demo --tests examples/verify-tests
 
-They pass on a cluster of examples/cluster.yaml."""
+They pass on a cluster of examples/cluster.yaml or examples/workshop.yaml (whose gpu group has a partition of
+its own)."""
 
 
-def test_default_partition_holds_every_compute_node(cluster, sinfo, partition):
-    outside = [cluster.slurm_name(n) for n in cluster.compute
-               if partition not in sinfo.get(cluster.slurm_name(n), {}).get("partitions", ())]
-    assert not outside, f"not in partition {partition}: {outside}"
+def test_the_default_partition_is_ours_and_every_compute_node_has_one(cluster, sinfo, partition):
+    nowhere = [cluster.slurm_name(n) for n in cluster.compute
+               if not sinfo.get(cluster.slurm_name(n), {}).get("partitions")]
+    assert not nowhere, f"in no partition: {nowhere}"
     record = cluster.out(cluster.controller, f"scontrol --oneliner show partition {partition}")
     assert "Default=YES" in record, f"{partition} is not the default partition: {record}"
+    assert any(partition in sinfo.get(cluster.slurm_name(n), {}).get("partitions", ()) for n in cluster.compute), \
+        f"no compute node in {partition}"
 
 
 def test_chrony_follows_the_controller(cluster, node):

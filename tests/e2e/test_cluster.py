@@ -467,7 +467,7 @@ def test_verify_passes_on_the_cluster(tmp_path):
     assert p.returncode == 0, f"verify failed: {sorted(failed)}\n{p.stdout[-4000:]}"
     assert counts["tests"] >= 30 and counts["failures"] == 0 and counts["errors"] == 0 and not failed
     assert "test_srun_covers_all_compute_nodes PASSED" in p.stdout
-    assert "test_default_partition_holds_every_compute_node PASSED" in p.stdout
+    assert "test_the_default_partition_is_ours_and_every_compute_node_has_one PASSED" in p.stdout
     assert f"test_chrony_follows_the_controller[{NAME}-compute-1] PASSED" in p.stdout
 
 

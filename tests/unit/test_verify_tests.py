@@ -146,5 +146,5 @@ def test_the_example_folder_is_accepted_and_collected(inventory):
                                       [EXAMPLES]), capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     ids = {line.strip() for line in r.stdout.splitlines() if "::" in line}
-    assert ids == {"test_site.py::test_default_partition_holds_every_compute_node"} | {
+    assert ids == {"test_site.py::test_the_default_partition_is_ours_and_every_compute_node_has_one"} | {
         f"test_site.py::test_chrony_follows_the_controller[{n}]" for n in ("c1", "c2", "ctl", "login1")}, r.stdout
