@@ -10,7 +10,7 @@ examples/cluster.yaml: controller, login, 2 compute).
   reruns           --runs times (default 3) `slurmlab lifecycle rerun NAME COMPUTE-1 --from DIR`, DIR a copy
                    of the spec's scripts with one step added; each: new_fork_s and scripts_s (the command's own
                    times: request -> the new VM configuring, request -> the scripts' result), command_s (the
-                   command from start to exit), idle_s (request -> the node idle in Slurm again), and ok (the
+                   command from start to exit), idle_s (request -> the node idle in Slurm and Running again), and ok (the
                    added step's file is on the new VM)
   rerun_median_s   the median command_s
   ratio            rerun_median_s / rebuild_s
@@ -95,7 +95,13 @@ def main(argv: list[str] | None = None) -> None:
             if got:
                 r["new_fork_s"], r["scripts_s"] = got
             r["ok"] = sl("ssh", name, node, "--", "cat /etc/bench-rerun").stdout.strip() == str(run)
-            while sl("ssh", name, "controller", "--", f"sinfo -h -N -n {node} -o %T").stdout.strip() != "idle":
+            def status() -> str:
+                nodes = json.loads(sl("list-cluster-nodes", name, "--output", "json").stdout)["ClusterNodeSummaries"]
+                return next(n["InstanceStatus"]["Status"] for n in nodes if n["NodeLogicalId"] == node)
+
+            # idle in Slurm, and Running for the lab (a rerun of a node still joining is refused as busy)
+            while (sl("ssh", name, "controller", "--", f"sinfo -h -N -n {node} -o %T").stdout.strip() != "idle"
+                   or status() != "Running"):
                 if time.monotonic() - t0 > 600:
                     raise RuntimeError(f"{node} not idle in Slurm 600 s after rerun {run}")
                 time.sleep(2)
