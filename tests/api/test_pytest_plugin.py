@@ -1,6 +1,6 @@
 """The pytest plugin (lab/pytest_plugin.py) as a user runs it: plain `pytest` on a test folder of their own,
 the cluster made from a spec on the sim provider (its engine in a process of its own, as on VMs), shared by
-the session's tests, reset to its ready checkpoint, and deleted at the end. tests/e2e/test_cluster.py runs
+the session's tests, reset to its ready checkpoint, and deleted at the end. tests/e2e/test_updates.py runs
 examples/verification/ on real VMs."""
 
 from __future__ import annotations
