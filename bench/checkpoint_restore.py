@@ -24,13 +24,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository's bench package
-from bench.onecluster import REPO, parse_spec, sl, start  # noqa: E402
+from bench.onecluster import finish, parse_spec, sl, start, teardown  # noqa: E402
 
 
 
@@ -80,13 +79,8 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as e:  # noqa: BLE001 - the result says what failed
         res["error"] = str(e)[:2000]
     finally:
-        subprocess.run([sys.executable, "-m", "lab", "delete-cluster", name], cwd=REPO, capture_output=True,
-                       timeout=900, stdin=subprocess.DEVNULL)
-        subprocess.run([sys.executable, "-m", "lab", "engine", "stop"], cwd=REPO, capture_output=True, timeout=120)
-    out = REPO / "bench" / "results" / f"checkpoint_restore-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out.write_text(json.dumps(res, indent=2) + "\n")
-    print(json.dumps(res, indent=2))
-    sys.exit(1 if "error" in res else 0)
+        teardown(name)
+    finish("checkpoint_restore", res)
 
 
 if __name__ == "__main__":

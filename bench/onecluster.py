@@ -41,3 +41,21 @@ def sl(*args, timeout=2400) -> subprocess.CompletedProcess:
     if p.returncode != 0:
         raise RuntimeError(f"slurmlab {' '.join(args)} exited {p.returncode}: {p.stderr[-2000:]}")
     return p
+
+
+def teardown(name: str) -> None:
+    """Delete the cluster and stop the private home's engine, whatever happened before (errors ignored)."""
+    subprocess.run([sys.executable, "-m", "lab", "delete-cluster", name], cwd=REPO, capture_output=True,
+                   timeout=900, stdin=subprocess.DEVNULL)
+    subprocess.run([sys.executable, "-m", "lab", "engine", "stop"], cwd=REPO, capture_output=True, timeout=120)
+
+
+def finish(bench: str, res: dict) -> None:
+    """The result as JSON in bench/results/BENCH-<time>.json and on stdout; exit 1 when it has an error."""
+    import json
+    import time
+
+    out = REPO / "bench" / "results" / f"{bench}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.write_text(json.dumps(res, indent=2) + "\n")
+    print(json.dumps(res, indent=2))
+    sys.exit(1 if "error" in res else 0)
