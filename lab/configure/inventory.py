@@ -60,7 +60,7 @@ def slurm_nodes(ctx: ClusterContext, joining: list[str] = ()) -> list[dict]:
         g = types.get(n.grp)
         if g and g.node_type == "Compute" and (n.phase == "running" or n.name in joining):
             out.append({"name": n.name, "address": n.address, "cpus": slurm_cpus(g.cpus),
-                        "real_memory": _real_memory(g.memory_mib), "partitions": list(g.partitions),
+                        "real_memory": real_memory(g.memory_mib), "partitions": list(g.partitions),
                         "gpus": ctx.gpus.get(g.name, 0)})
     return out
 
@@ -75,7 +75,7 @@ def _sha256_of(path: Path) -> str:
         return ""
 
 
-def _real_memory(memory_mib: int) -> int:
+def real_memory(memory_mib: int) -> int:
     """What Slurm may schedule: the VM's memory less what the kernel and daemons keep."""
     return max(128, int(memory_mib * 0.75))
 
@@ -99,7 +99,7 @@ def build(ctx: ClusterContext, joining: list[str] = ()) -> dict:
             "slurmlab_node_type": g.node_type,
             "slurmlab_group": g.name,
             "slurmlab_cpus": slurm_cpus(g.cpus),
-            "slurmlab_real_memory": _real_memory(g.memory_mib),
+            "slurmlab_real_memory": real_memory(g.memory_mib),
             "slurmlab_partitions": list(g.partitions),
             "slurmlab_gpus": ctx.gpus.get(g.name, 0),
         }

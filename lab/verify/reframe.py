@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from datetime import datetime, timezone
 
-from lab.configure.inventory import ClusterContext, _real_memory, default_partition, slurm_nodes
+from lab.configure.inventory import ClusterContext, real_memory, default_partition, slurm_nodes
 from lab.spec.catalog import slurm_cpus
 
 # The box's modulefiles (lab/box/customize.sh names them from the installed Debian versions; docs/box.md):
@@ -64,7 +64,7 @@ def partitions(ctx: ClusterContext) -> list[dict]:
     return [{"name": p, "groups": [g.name for g in gs],
              "num_nodes": sum(1 for n in nodes if p in n["partitions"]),
              "cpus": min(slurm_cpus(g.cpus) for g in gs),
-             "real_memory": min(_real_memory(g.memory_mib) for g in gs),
+             "real_memory": min(real_memory(g.memory_mib) for g in gs),
              "gpus": min(ctx.gpus.get(g.name, 0) for g in gs)} for p, gs in by_part.items()]
 
 

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from lab.testing.cluster import LabCluster
+from lab.testing.jobs import Job, state_of
 from lab.testing.served import Served  # noqa: F401 - the e2e modules' boto3 server
 
 REPO = Path(__file__).resolve().parents[2]
@@ -82,12 +83,13 @@ class Cluster(LabCluster):
         return self.out(node, command, user=user)
 
     def job_state(self, job: str, timeout: float = 120, want=DONE) -> tuple[str, str]:
-        """(State, NodeList) of a job in Slurm accounting, once it reached one of `want`."""
+        """(State, NodeList) of a job in Slurm accounting (the plugin's Job.record), once it reached one of
+        `want`; the last seen when `timeout` passed."""
+        record = Job(self, str(job), user="", output_path="").record
         deadline = time.monotonic() + timeout
         while True:
-            rows = [r for r in self.on("login", f"sacct -n -X -P -j {job} -o State,NodeList").splitlines() if "|" in r]
-            row = rows[0].split("|") if rows else ["", ""]
-            state = row[0].split()[0] if row[0].strip() else ""  # "CANCELLED by 1000" -> CANCELLED
+            rec = record()
+            state = state_of(rec)
             if state in want or time.monotonic() > deadline:
-                return state, row[1]
+                return state, (rec or {}).get("NodeList", "")
             time.sleep(3)

@@ -102,3 +102,17 @@ def test_the_testinfra_host_runs_the_labs_ssh_not_the_one_on_path(monkeypatch, t
     line = " ".join(cmd) % tuple(args)
     assert line.startswith("/lab/bin/ssh-in-netns ") and line.endswith(" 10.0.0.5 true")
     assert "-o User=vagrant" in line and "ControlPath=/tmp/slurmlab-cm-" in line and "/clusters/c/secrets/id_ed25519" in line
+
+
+def test_the_e2e_suites_job_state_reads_the_plugins_sacct_record(faked, monkeypatch):
+    from tests.e2e.labcli import Cluster
+
+    sent, answers = faked
+    monkeypatch.setattr("lab.testing.jobs.time.sleep", lambda s: None)
+    monkeypatch.setattr("tests.e2e.labcli.time.sleep", lambda s: None)
+    row = "9|j|u|dev|{}|0:0|c-compute-1|1|00:00:01|a|b"
+    answers.extend([(0, ""), (0, row.format("RUNNING")), (0, row.format("CANCELLED by 5001"))])
+    assert Cluster("c").job_state("9") == ("CANCELLED", "c-compute-1")
+    assert sent[0].startswith("sacct -n -X -P -j 9 -o JobID,")
+    answers.append((0, row.format("RUNNING")))
+    assert Cluster("c").job_state("9", timeout=0) == ("RUNNING", "c-compute-1")  # the last seen, at the timeout
