@@ -77,34 +77,36 @@ def _follow(name: str, plan: dict, show: bool, say, timeout: float) -> list[dict
     vms = not registry.info(st.cluster(name).provider).simulated
     todo = {n: {"Node": n, "Seconds": {}} for n in plan["Nodes"]}
     follows: dict[str, _Follow] = {}
-    while any("Result" not in r for r in todo.values()):
-        if time.monotonic() - t0 > timeout:
-            raise LabError(f"no result after {timeout:.0f} s: {', '.join(n for n, r in todo.items() if 'Result' not in r)}",
-                           f"slurmlab list-cluster-events {name}")
-        for name_, r in todo.items():
-            if "Result" in r:
-                continue
-            n = st.node(name, name_)
-            now = round(time.monotonic() - t0, 1)
-            if n is None:
-                r.update(Result="Failed", Message="the node is gone")
-                continue
-            new = n.generation > plan["Generations"][name_]
-            if new and "NewInstance" not in r["Seconds"] and n.phase not in ("replacing", "launching", "planned"):
-                r["Seconds"]["NewInstance"] = now
-                say(f"{name_}: new instance {n.instance_id} at {n.address}, configuring")
-            if vms and new and n.phase == "configuring" and name_ not in follows and n.address:
-                follows[name_] = _Follow(name, name_, n.address, show)
-            if new and (n.phase in DONE_PHASES or n.phase == "failed"):
-                r["Seconds"]["Scripts"] = now
-                r["Result"] = "Succeeded" if n.phase != "failed" else "Failed"
-                if n.phase == "failed":
-                    r["Message"] = n.message
-                if name_ in follows:
-                    follows.pop(name_).stop()
-        time.sleep(0.5)
-    for f in follows.values():
-        f.stop()
+    try:
+        while any("Result" not in r for r in todo.values()):
+            if time.monotonic() - t0 > timeout:
+                waiting = ", ".join(n for n, r in todo.items() if "Result" not in r)
+                raise LabError(f"no result after {timeout:.0f} s: {waiting}", f"slurmlab list-cluster-events {name}")
+            for name_, r in todo.items():
+                if "Result" in r:
+                    continue
+                n = st.node(name, name_)
+                now = round(time.monotonic() - t0, 1)
+                if n is None:
+                    r.update(Result="Failed", Message="the node is gone")
+                    continue
+                new = n.generation > plan["Generations"][name_]
+                if new and "NewInstance" not in r["Seconds"] and n.phase not in ("replacing", "launching", "planned"):
+                    r["Seconds"]["NewInstance"] = now
+                    say(f"{name_}: new instance {n.instance_id} at {n.address}, configuring")
+                if vms and new and n.phase == "configuring" and name_ not in follows and n.address:
+                    follows[name_] = _Follow(name, name_, n.address, show)
+                if new and (n.phase in DONE_PHASES or n.phase == "failed"):
+                    r["Seconds"]["Scripts"] = now
+                    r["Result"] = "Succeeded" if n.phase != "failed" else "Failed"
+                    if n.phase == "failed":
+                        r["Message"] = n.message
+                    if name_ in follows:
+                        follows.pop(name_).stop()
+            time.sleep(0.5)
+    finally:  # a timeout or Ctrl-C leaves no `tail -F` over ssh behind
+        for f in follows.values():
+            f.stop()
     return list(todo.values())
 
 

@@ -97,3 +97,30 @@ def test_a_controller_whose_scripts_failed_during_the_create_runs_them_again(st)
     st.update_node("demo", "demo-controller-1", phase="failed", booted_at=1.0, message="on_create.sh failed")
     assert lc.rerun(st, "demo", "controller", start_engine=False)["Nodes"] == ["demo-controller-1"]
     assert _pending(st) == {"demo-controller-1": "replace"}
+
+
+def test_a_rerun_that_times_out_ends_its_tail_of_the_scripts_output(st, monkeypatch):
+    """`lifecycle rerun`'s follow (lab/cmd/lifecycle.py): a timeout (or Ctrl-C) stops the `tail -F` over ssh."""
+    from lab.cmd import lifecycle as cmd
+    from lab.errors import LabError
+
+    stopped = []
+
+    class FakeFollow:
+        def __init__(self, cluster, node, address, show):
+            self.node = node
+
+        def stop(self):
+            stopped.append(self.node)
+
+    st.update_cluster("demo", provider="vagrant")
+    st.update_node("demo", "demo-compute-1", phase="configuring", generation=2)
+    monkeypatch.setattr(cmd, "store", lambda: st)
+    monkeypatch.setattr(cmd, "_Follow", FakeFollow)
+    plan = {"Nodes": ["demo-compute-1"], "Generations": {"demo-compute-1": 1}}
+    with pytest.raises(LabError, match="no result after 0 s: demo-compute-1"):
+        calls = iter([0.0, 0.0, 0.0, 5.0, 5.0])
+        monkeypatch.setattr(cmd.time, "monotonic", lambda: next(calls, 5.0))
+        monkeypatch.setattr(cmd.time, "sleep", lambda s: None)
+        cmd._follow("demo", plan, False, lambda m: None, timeout=0)
+    assert stopped == ["demo-compute-1"]
