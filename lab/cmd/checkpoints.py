@@ -79,11 +79,12 @@ def listing(name: str, output: Output = OutputOpt) -> None:
     rows = checkpoints.listing(store(), name)
     if output == Output.json:
         print_json({"Checkpoints": [{"Tag": r["tag"], "CreationTime": iso(r["created"]), "SizeBytes": r["size"],
-                                     "Nodes": r["nodes"], **({"Simulated": True} if r.get("simulated") else {})}
+                                     "Nodes": r["nodes"], "Host": r.get("host", "local"),
+                                     **({"Simulated": True} if r.get("simulated") else {})}
                                     for r in rows]})
         return
     for r in rows:
-        out.print(f"{r['tag']:<20} {iso(r['created'])}  {_mib(r['size']):>9}  {len(r['nodes'])} VM(s)"
+        out.print(f"{r['tag']:<20} {iso(r['created'])}  {_mib(r['size']):>9}  {len(r['nodes'])} VM(s)  host {r.get('host', 'local')}"
                   + ("  (simulated)" if r.get("simulated") else ""), markup=False, highlight=False)
     if not rows:
         out.print(f"no checkpoints of {name} (make one: slurmlab checkpoint create {name} TAG)", markup=False)

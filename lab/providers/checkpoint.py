@@ -14,40 +14,30 @@ all resume together. A domain the checkpoint does not have (a node added since) 
 guests' clocks are then the checkpoint's: the caller sets them (lab/configure/clock.py).
 
 Layout: `<libvirt dir>/checkpoints/<cluster>/<tag>/` (libvirt writes the memory files: the lab's home
-may be out of its reach): `meta.json` (domains: XML and disks; `record`: the engine's record), one
-`<domain>.mem` per domain, `disks/`, and `vagrant/`, the cluster's `.vagrant/machines` (the domain
-ids `vagrant` acts on).
+may be out of its reach): `meta.json` (domains: XML and disks; `record`: the engine's record; `host`:
+where the VMs were), one `<domain>.mem` per domain, `disks/`, and `vagrant/`, the cluster's
+`.vagrant/machines` (the domain ids `vagrant` acts on). A cluster on another host keeps its memory
+files in that host's pool instead (lab/providers/checkpoint_keep.py, ADR 0035).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from lab import paths
-from lab.host import libvirtd
-from lab.providers import domains, network
+from lab.providers import domains, network, placement
 from lab.providers.base import CheckpointError
+from lab.providers.checkpoint_keep import Files, Pool
 from lab.workspace import ClusterDir
 
 log = logging.getLogger(__name__)
 
 RESERVE = 1 << 30  # bytes kept free on the host's disk beyond what a checkpoint needs
-
-
-def local_only(cluster: str) -> None:
-    """Checkpoints are files of this machine: a cluster on another host has none."""
-    from lab.providers import placement
-
-    host = placement.host_of(cluster)
-    if not host.local:
-        raise CheckpointError(f"cluster {cluster} runs on host {host.name}: checkpoints are taken and restored on the "
-                              "local host only (they are files of this machine)")
 
 
 def root(cluster: str) -> Path:
@@ -68,28 +58,27 @@ def _disks(xml: str) -> list[str]:
     return out
 
 
-def needed_bytes(cluster: str) -> int:
+def _keeper(conn, host, cluster: str, tag: str):
+    """Where checkpoint `tag` of the cluster keeps its memory and disks: this machine or its host's pool."""
+    return Files(folder(cluster, tag)) if host.local else Pool(conn, host, cluster, tag, folder(cluster, tag))
+
+
+def needed_bytes(conn, keep, cluster: str) -> int:
     """What a checkpoint of the cluster takes on disk now: each domain's memory and its disks' allocation."""
-    conn = libvirtd.connect()
-    try:
-        total = 0
-        for d in domains.of_cluster(conn, cluster):
-            total += d.info()[2] * 1024  # memory in use, KiB
-            for path in _disks(d.XMLDesc(0)):
-                total += os.stat(path).st_blocks * 512
-        return total
-    finally:
-        conn.close()
+    total = 0
+    for d in domains.of_cluster(conn, cluster):
+        total += d.info()[2] * 1024  # memory in use, KiB
+        for path in _disks(d.XMLDesc(0)):
+            total += keep.disk_bytes(path)
+    return total
 
 
-def check_space(cluster: str) -> None:
-    need = needed_bytes(cluster)
-    base = paths.libvirt_dir()
-    base.mkdir(parents=True, exist_ok=True)
-    free = shutil.disk_usage(base).free
+def check_space(conn, keep, cluster: str) -> None:
+    need = needed_bytes(conn, keep, cluster)
+    free = keep.free()
     if free < need + RESERVE:
-        raise CheckpointError(f"a checkpoint of {cluster} needs {_gib(need)} on {base} plus {_gib(RESERVE)} kept "
-                              f"free; {_gib(free)} is free. Delete old checkpoints (slurmlab checkpoint delete) "
+        raise CheckpointError(f"a checkpoint of {cluster} needs {_gib(need)} on {keep.where()} plus {_gib(RESERVE)} "
+                              f"kept free; {_gib(free)} is free. Delete old checkpoints (slurmlab checkpoint delete) "
                               "or free space there")
 
 
@@ -100,22 +89,25 @@ def _gib(n: int) -> str:
 def take(cluster: str, tag: str, record: dict) -> dict:
     """Save every domain of the cluster into a new checkpoint `tag`; the domains run on afterwards.
     `record`: the engine's record of the cluster, kept in meta.json. Returns the meta (with timings).
-    On a failure the domains saved so far are restored and resumed, and the folder removed."""
+    On a failure the domains saved so far are restored and resumed, and what was kept removed."""
     import libvirt
 
     dest = folder(cluster, tag)
     if dest.exists():
         raise CheckpointError(f"cluster {cluster} already has a checkpoint '{tag}'")
-    check_space(cluster)
-    conn = libvirtd.connect()
+    host = placement.host_of(cluster)
+    conn = host.connect()
+    keep = _keeper(conn, host, cluster, tag)
     t0 = time.monotonic()
     saved: dict[str, str] = {}
-    doms = domains.of_cluster(conn, cluster)
     try:
+        check_space(conn, keep, cluster)
+        doms = domains.of_cluster(conn, cluster)
         if not doms:
             raise CheckpointError(f"cluster {cluster} has no VM to checkpoint")
         (dest / "disks").mkdir(parents=True)
-        meta = {"tag": tag, "cluster": cluster, "created": time.time(), "record": record, "domains": {}}
+        meta = {"tag": tag, "cluster": cluster, "host": host.name, "created": time.time(), "record": record,
+                "domains": {}}
         for d in doms:
             if d.isActive():
                 d.suspend()
@@ -124,23 +116,27 @@ def take(cluster: str, tag: str, record: dict) -> dict:
             xml = d.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE | libvirt.VIR_DOMAIN_XML_SECURE)
             meta["domains"][d.name()] = {"xml": xml, "disks": _disks(xml), "active": d.isActive()}
             if d.isActive():
-                d.saveFlags(str(dest / f"{d.name()}.mem"), None, libvirt.VIR_DOMAIN_SAVE_PAUSED)
-                saved[d.name()] = str(dest / f"{d.name()}.mem")
+                d.saveFlags(keep.memory(d.name()), None, libvirt.VIR_DOMAIN_SAVE_PAUSED)
+                saved[d.name()] = keep.memory(d.name())
         t_saved = time.monotonic()
         for info in meta["domains"].values():
             for path in info["disks"]:
-                _copy(path, dest / "disks" / Path(path).name)
+                keep.keep_disk(path)
         machines = ClusterDir(cluster).root / ".vagrant" / "machines"
         if machines.exists():
             shutil.copytree(machines, dest / "vagrant", symlinks=True)
         t_copied = time.monotonic()
+        meta["held_bytes"] = keep.held()
         meta["timings"] = {"pause": round(t_pause - t0, 1), "save": round(t_saved - t_pause, 1),
                            "disks": round(t_copied - t_saved, 1)}
         (dest / "meta.json").write_text(json.dumps(meta))
     except BaseException:
-        _resume_all(conn, cluster, saved)
-        shutil.rmtree(dest, ignore_errors=True)
-        conn.close()
+        try:
+            _resume_all(conn, cluster, saved)
+            keep.discard()
+        finally:
+            shutil.rmtree(dest, ignore_errors=True)
+            conn.close()
         raise
     try:
         _resume_all(conn, cluster, saved)
@@ -149,7 +145,7 @@ def take(cluster: str, tag: str, record: dict) -> dict:
     meta["timings"]["total"] = round(time.monotonic() - t0, 1)
     (dest / "meta.json").write_text(json.dumps(meta))
     return {"tag": tag, "created": meta["created"], "size": size(cluster, tag), "nodes": sorted(meta["domains"]),
-            "timings": meta["timings"]}
+            "host": host.name, "timings": meta["timings"]}
 
 
 def _resume_all(conn, cluster: str, saved: dict[str, str]) -> None:
@@ -174,25 +170,6 @@ def _resume_paused(conn, cluster: str) -> None:
             d.resume()
 
 
-def _copy(src: str | Path, dst: str | Path) -> None:
-    """A sparse copy that keeps the file's owner and mode (qemu runs as another user)."""
-    tmp = Path(f"{dst}.part")
-    with open(src, "rb") as fi, open(tmp, "wb") as fo:
-        while True:
-            block = fi.read(1 << 20)
-            if not block:
-                break
-            if block.count(0) == len(block):
-                fo.seek(len(block), os.SEEK_CUR)
-            else:
-                fo.write(block)
-        fo.truncate()
-    st = os.stat(src)
-    os.chmod(tmp, st.st_mode & 0o7777)
-    os.chown(tmp, st.st_uid, st.st_gid)
-    os.replace(tmp, dst)
-
-
 def read(cluster: str, tag: str) -> dict:
     meta = folder(cluster, tag) / "meta.json"
     if not meta.exists():
@@ -207,29 +184,43 @@ def listing(cluster: str) -> list[Path]:
 
 
 def summaries(cluster: str) -> list[dict]:
-    """{tag, created, size, nodes} of each checkpoint, oldest first."""
+    """{tag, created, size, nodes, host} of each checkpoint, oldest first."""
     out = []
     for p in listing(cluster):
         meta = json.loads((p / "meta.json").read_text())
         out.append({"tag": p.name, "created": meta["created"], "size": size(cluster, p.name),
-                    "nodes": sorted(meta["domains"])})
+                    "nodes": sorted(meta["domains"]), "host": meta.get("host", "local")})
     return sorted(out, key=lambda x: x["created"])
 
 
 def size(cluster: str, tag: str) -> int:
-    """Bytes the checkpoint holds on disk (sparse files counted as allocated)."""
-    return sum(f.stat().st_blocks * 512 for f in folder(cluster, tag).rglob("*") if f.is_file())
+    """Bytes the checkpoint holds on disk (sparse files counted as allocated), here and in its host's pool."""
+    here = folder(cluster, tag)
+    try:
+        held = json.loads((here / "meta.json").read_text()).get("held_bytes", 0)
+    except (OSError, ValueError):
+        held = 0
+    return held + sum(f.stat().st_blocks * 512 for f in here.rglob("*") if f.is_file())
 
 
 def restore(cluster: str, tag: str) -> dict:
-    """Put every VM of the cluster back as the checkpoint has it; returns timings."""
+    """Put every VM of the cluster back as the checkpoint has it; returns timings. Refused, with nothing
+    changed, when the cluster moved to another host since or the memory files are gone."""
     import libvirt
 
     meta = read(cluster, tag)
     src = folder(cluster, tag)
-    conn = libvirtd.connect()
+    host = placement.host_of(cluster)
+    if meta.get("host", "local") != host.name:
+        raise CheckpointError(f"checkpoint {tag} of {cluster} was taken on host {meta.get('host', 'local')}; the "
+                              f"cluster runs on host {host.name} now, and a checkpoint is restored where it was taken")
+    conn = host.connect()
+    keep = _keeper(conn, host, cluster, tag)
     t0 = time.monotonic()
     try:
+        if missing := keep.has_memory([n for n, i in meta["domains"].items() if i.get("active", True)]):
+            raise CheckpointError(f"checkpoint {tag} of {cluster} has lost the memory of {', '.join(missing)} "
+                                  f"({keep.where()}); delete it: slurmlab checkpoint delete {cluster} {tag}")
         for d in domains.of_cluster(conn, cluster):
             if d.isActive():
                 d.destroyFlags(libvirt.VIR_DOMAIN_DESTROY_DEFAULT)
@@ -237,11 +228,11 @@ def restore(cluster: str, tag: str) -> dict:
                 paths_ = _disks(d.XMLDesc(0))
                 d.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_NVRAM | libvirt.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE)
                 for p in paths_:
-                    Path(p).unlink(missing_ok=True)
+                    keep.drop_disk(p)
         t_down = time.monotonic()
         for info in meta["domains"].values():
             for path in info["disks"]:
-                _copy(src / "disks" / Path(path).name, path)
+                keep.put_disk(path)
         machines = ClusterDir(cluster).root / ".vagrant" / "machines"
         if (src / "vagrant").exists():
             shutil.rmtree(machines, ignore_errors=True)
@@ -253,7 +244,7 @@ def restore(cluster: str, tag: str) -> dict:
         for name, info in meta["domains"].items():
             conn.defineXML(info["xml"])
             if info.get("active", True):
-                conn.restoreFlags(str(src / f"{name}.mem"), None, libvirt.VIR_DOMAIN_SAVE_PAUSED)
+                conn.restoreFlags(keep.memory(name), None, libvirt.VIR_DOMAIN_SAVE_PAUSED)
         t_restored = time.monotonic()
         _resume_paused(conn, cluster)
         return {"record": meta["record"], "timings": {
@@ -263,12 +254,44 @@ def restore(cluster: str, tag: str) -> dict:
         conn.close()
 
 
+def _discard(cluster: str, tag: str) -> None:
+    """What checkpoint `tag` keeps outside its folder (a host's pool) goes; a host that does not answer
+    keeps it, logged: delete-cluster and `--leftovers` find those volumes later (a cluster's volumes)."""
+    import libvirt
+
+    try:
+        where = json.loads((folder(cluster, tag) / "meta.json").read_text()).get("host", "local")
+    except (OSError, ValueError):
+        return
+    if where == "local":
+        return
+    from lab.errors import NotFound
+    from lab.host import registry
+
+    try:
+        host = registry.get(where)
+        conn = host.connect()
+    except (libvirt.libvirtError, NotFound) as e:  # a host removed or silent
+        log.warning("checkpoint %s of %s: its memory stays on host %s: %s", tag, cluster, where, e)
+        return
+    try:
+        Pool(conn, host, cluster, tag, folder(cluster, tag)).discard()
+    except libvirt.libvirtError as e:
+        log.warning("checkpoint %s of %s: its memory stays on host %s: %s", tag, cluster, where, e.get_error_message())
+    finally:
+        conn.close()
+
+
 def delete(cluster: str, tag: str) -> None:
     read(cluster, tag)
+    _discard(cluster, tag)
     shutil.rmtree(folder(cluster, tag))
 
 
 def delete_all(cluster: str) -> list[str]:
-    gone = [f"checkpoint {p.name}" for p in listing(cluster)]
+    gone = []
+    for p in listing(cluster):
+        _discard(cluster, p.name)
+        gone.append(f"checkpoint {p.name}")
     shutil.rmtree(root(cluster), ignore_errors=True)
     return gone

@@ -19,9 +19,10 @@ SIZE = "8G"  # virtual size; the qcow2 file grows with what is written
 
 
 def is_cluster_volume(cluster: str, vol: str) -> bool:
-    """The cluster's state disk, or its munge key uploaded to a remote host (hostside.munge_volume)."""
+    """The cluster's state disk, its munge key uploaded to a remote host (hostside.munge_volume), or a
+    checkpoint's memory on a remote host (checkpoint_keep.volume_prefix: a tag holds no '.')."""
     # "-state-<digits>.qcow2" right after the name: cluster "a" never takes cluster "a-b"'s volume
-    return re.fullmatch(re.escape(cluster) + r"-(state-[0-9]+\.qcow2|munge\.key)", vol) is not None
+    return re.fullmatch(re.escape(cluster) + r"-(state-[0-9]+\.qcow2|munge\.key|ckpt\.[a-z0-9-]+\..+\.mem)", vol) is not None
 
 
 def attached(cluster: str, name: str) -> bool:

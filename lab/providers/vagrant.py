@@ -328,11 +328,9 @@ class VagrantProvider(Provider, Checkpoints, Placement):
         return removed
 
     def checkpoint(self, cluster: str, tag: str, record: dict) -> dict:
-        checkpoint.local_only(cluster)
         return checkpoint.take(cluster, tag, record)
 
     def restore(self, cluster: str, tag: str) -> dict:
-        checkpoint.local_only(cluster)
         return checkpoint.restore(cluster, tag)
 
     def checkpoints(self, cluster: str) -> list[dict]:

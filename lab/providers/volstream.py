@@ -42,6 +42,24 @@ def read(conn, vol, length: int, offset: int = 0) -> bytes:
     return data
 
 
+def receive_file(conn, vol, f: BinaryIO) -> int:
+    """The whole volume's bytes written to `f`; how many."""
+    st = conn.newStream(0)
+    vol.download(st, 0, 0, 0)
+    n = 0
+    while True:
+        got = st.recv(CHUNK)
+        if not isinstance(got, bytes):
+            st.abort()
+            raise OSError(f"{vol.name()}: the stream failed ({got!r})")
+        if not got:
+            break
+        f.write(got)
+        n += len(got)
+    st.finish()
+    return n
+
+
 def send(conn, vol, offset: int, data: bytes) -> None:
     """`data` written into `vol` at `offset`."""
     send_file(conn, vol, offset, len(data), _Bytes(data))

@@ -452,8 +452,10 @@ def test_a_second_host_takes_the_cluster_the_first_has_no_room_for(served):
     a cluster made with boto3 (controller + 1 compute, 1536 MiB) is placed on the remote host. Its nodes
     are forked there (issue 47): the templates go up to the remote's pool through libvirt, rebased onto
     its volumes, and each node's overlay, save image copy and state disk are volumes there; its domains
-    name no file of this machine; both clusters run `srun`. Delete removes what the cluster had on the
-    remote and `host remove` leaves nothing on either host. (The loss of a host, its nodes rebuilt here,
+    name no file of this machine; both clusters run `srun`. A checkpoint of it is taken and restored on the
+    remote (its memory in the remote's pool; a file deleted and slurmctld stopped come back, the compute
+    node keeps its boot id). Delete removes what the cluster had on the remote, the checkpoint's volumes
+    too, and `host remove` leaves nothing on either host. (The loss of a host, its nodes rebuilt here,
     is on the sim engine: tests/unit/test_engine_hostloss.py; it ran on real VMs in CI until stop 37, then
     left the e2e suite for CI's time budget.)"""
     import xml.etree.ElementTree as ET
@@ -477,6 +479,7 @@ def test_a_second_host_takes_the_cluster_the_first_has_no_room_for(served):
             conn.close()
         client = served.client()
         lifecycle = {"SourceS3Uri": str(REPO / "examples" / "lifecycle"), "OnCreate": "on_create.sh"}
+        t_create = time.monotonic()
         arn = client.create_cluster(ClusterName=FAR, NodeProvisioningMode="Continuous", NodeRecovery="Automatic",
                                     InstanceGroups=[
             {"InstanceGroupName": "controller", "InstanceType": "ml.t3.medium", "InstanceCount": 1,
@@ -490,6 +493,7 @@ def test_a_second_host_takes_the_cluster_the_first_has_no_room_for(served):
             return len(ns) == 2 and all(n["InstanceStatus"]["Status"] == "Running" for n in ns)
 
         wait(far_full, 1200, "cluster far at full size on the second host")
+        t_full = time.monotonic()
         far = json.loads(sl("describe-cluster", FAR, "--output", "json").stdout)
         assert far["Lab"]["Host"] == H2 and describe()["Lab"]["Host"] == "local", far
         listed = json.loads(sl("list-cluster-nodes", FAR, "--output", "json").stdout)["ClusterNodeSummaries"]
@@ -517,6 +521,33 @@ def test_a_second_host_takes_the_cluster_the_first_has_no_room_for(served):
         assert sl("ssh", FAR, "controller", "--", srun).stdout.split() == ["far-compute-1"]
         both = srun.replace("-N1", "-N2")
         assert sorted(h.split(".")[0] for h in on("login", both).split()) == [f"{NAME}-compute-1", f"{NAME}-compute-2"]
+
+        # a checkpoint on the remote (issue 47): its memory saved in the remote's pool, restored there
+        def far_ssh(node: str, cmd: str) -> str:
+            return sl("ssh", FAR, node, "--", cmd).stdout
+
+        far_ssh("controller", "echo kept-on-the-remote | sudo tee /var/tmp/checkpoint-proof")
+        boot = far_ssh("compute", "cat /proc/sys/kernel/random/boot_id").strip()
+        made = json.loads(sl("checkpoint", "create", FAR, "far-1", "--output", "json", timeout=600).stdout)
+        listed = json.loads(sl("checkpoint", "list", FAR, "--output", "json").stdout)["Checkpoints"]
+        assert [(c["Tag"], c["Host"]) for c in listed] == [("far-1", H2)], listed
+        c2 = h2.connect()
+        try:
+            pool = c2.storagePoolLookupByName(h2.pool)
+            pool.refresh(0)
+            assert sorted(v for v in pool.listVolumes() if v.startswith(f"{FAR}-ckpt.")) == [
+                f"{FAR}-ckpt.far-1.far-compute-1.mem", f"{FAR}-ckpt.far-1.far-controller-1.mem"]
+        finally:
+            c2.close()
+        far_ssh("controller", "sudo rm /var/tmp/checkpoint-proof; sudo systemctl stop slurmctld")  # break it
+        back = json.loads(sl("checkpoint", "restore", FAR, "far-1", "--output", "json", timeout=600).stdout)
+        assert far_ssh("controller", "cat /var/tmp/checkpoint-proof").strip() == "kept-on-the-remote"
+        assert far_ssh("compute", "cat /proc/sys/kernel/random/boot_id").strip() == boot  # its memory back, no boot
+        assert sl("ssh", FAR, "controller", "--", srun).stdout.split() == ["far-compute-1"]
+        (REPO / "artifacts").mkdir(exist_ok=True)
+        (REPO / "artifacts" / "remote-checkpoint-times.json").write_text(json.dumps(
+            {"create_to_full_s": round(t_full - t_create, 1), "checkpoint_s": made["Seconds"],
+             "restore_s": back["Seconds"], "size_bytes": listed[0]["SizeBytes"], "restore": back["Message"]}, indent=2))
 
         def nothing_left_on_h2() -> bool:
             c = h2.connect()

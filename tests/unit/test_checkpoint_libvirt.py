@@ -82,6 +82,16 @@ class Conn:
         pass
 
 
+class Here:
+    name, local = "local", True
+
+    def __init__(self, lab):
+        self.lab = lab
+
+    def connect(self):
+        return Conn(self.lab)
+
+
 @pytest.fixture
 def fake(tmp_path, lab_home, monkeypatch):
     class Lab:
@@ -98,7 +108,7 @@ def fake(tmp_path, lab_home, monkeypatch):
         (pool / f"{n}.img").write_bytes(n.encode() + bytes(3 << 20))
         lab.doms[n] = Dom(lab, n, str(pool / f"{n}.img"))
     monkeypatch.setattr(paths, "libvirt_dir", lambda: tmp_path / "libvirt")
-    monkeypatch.setattr(checkpoint.libvirtd, "connect", lambda: Conn(lab))
+    monkeypatch.setattr(checkpoint.placement, "host_of", lambda c: Here(lab))
     monkeypatch.setattr(network, "add_host", lambda c, mac, name, addr: lab.hosts.append(name))
     (ClusterDir("demo").root / ".vagrant" / "machines" / "demo-compute-2").mkdir(parents=True)
     lab.pool = pool
