@@ -4,7 +4,8 @@ Real VMs; run as root on a host set up by `make up` (libvirtd, the box and its t
 other VMs running. Everything happens in a private $SLURMLAB_HOME (a new /tmp/slurmlab-bench-room-*,
 kept for its logs):
 
-1. `slurmlab host simulate room-b --remote`: a second host reached only over qemu+ssh (lab/host/rig.py).
+1. `slurmlab host simulate room-b --remote`: a second host reached only over qemu+ssh (lab/host/rig.py),
+   then `slurmlab host prepare room-b` (its templates uploaded before the class; `--cold-host`: not).
    Each host is limited to one student's cluster and a little more (`host limit`), so the clusters
    spread by room: the first placed goes local (ties go local), the next to room-b, and so on.
 2. `slurmlab students add s1..sN --max-clusters 1`, an instructor, `slurmlab serve --auth --port 0`.
@@ -148,6 +149,8 @@ def _interrupt(*_) -> None:
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--students", type=int, default=2, help="students (clusters), spread over local and room-b")
+    ap.add_argument("--cold-host", action="store_true", help="no `host prepare`: the remote's templates go up "
+                    "with its first forks, inside the students' time")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds a student waits for a first job")
     a = ap.parse_args(argv)
     if a.students < 2:
@@ -170,6 +173,11 @@ def main() -> int:
         t = time.monotonic()
         sl("host", "simulate", REMOTE, "--remote")
         result["rig_start_s"] = round(time.monotonic() - t, 1)
+        if not a.cold_host:  # the remote's templates go up before the class, as `make up` builds the local ones
+            t = time.monotonic()
+            result["host_prepare"] = json.loads(sl("host", "prepare", REMOTE, "--shape", "1cpu-768mib", "--output", "json",
+                                                 timeout=900).stdout)
+            result["host_prepare_s"] = round(time.monotonic() - t, 1)
         per_host = (a.students + 1) // 2
         for h in ("local", REMOTE):
             sl("host", "limit", h, "--memory-mib", str(per_host * CLUSTER_MIB + 400))

@@ -168,3 +168,43 @@ def host_list(output: Output = OutputOpt) -> None:
         return
     for r, c in rows:
         _line(r, c)
+
+
+@host_app.command("prepare")
+def host_prepare(name: str = typer.Argument(..., help="a host of the lab other than this machine"),
+                 box_name: Optional[str] = typer.Option(None, "--box", help="the box whose templates go up "
+                                                        "(default: the lab's default box)"),
+                 shape: Optional[list[str]] = typer.Option(None, "--shape", help="only this shape, as `box templates` "
+                                                           "names it (e.g. 1cpu-768mib); repeat for more"),
+                 output: Output = OutputOpt) -> None:
+    """Upload this machine's warm-start templates to host NAME's pool now (the ones its domain type can fork),
+    so that its first nodes fork at once; otherwise they go up with its first fork there (docs/adr/0026)."""
+    import libvirt
+
+    from lab import box
+    from lab.errors import UsageError
+    from lab.host import registry
+    from lab.providers import hostprepare
+    from lab.providers.templates import TemplateError
+
+    host = registry.get(name)
+    if host.local:
+        raise UsageError("the local host forks from the templates here: nothing to upload",
+                         "`slurmlab box templates` lists them; `slurmlab box build` makes them")
+    try:
+        done = hostprepare.prepare(host, box_name or box.DEFAULT_BOX, shape or (), progress=lambda s: out.print(f"uploading {s} ...", markup=False)
+                                   if output != Output.json else None)
+    except libvirt.libvirtError as e:
+        raise UsageError(f"host {name} does not answer: {e.get_error_message()}", "slurmlab doctor") from None
+    except TemplateError as e:
+        raise UsageError(str(e), f"slurmlab doctor; then slurmlab host prepare {name} again") from None
+    if output == Output.json:
+        print_json(done)
+        return
+    if not done["templates"]:
+        out.print(f"no templates of {box_name or box.DEFAULT_BOX}{' ' + ', '.join(shape) if shape else ''} of domain "
+                  f"type {done['driver']} here: `slurmlab box build` makes them", markup=False)
+    for t in done["templates"]:
+        out.print(f"{t['template']}{'  role=' + t['role'] if t['role'] else ''}  {t['seconds']} s", markup=False)
+    out.print(f"host {name}: {len(done['templates'])} template(s) ready, {done['bytes'] / 2**20:.0f} MiB in its pool, "
+              f"in {done['seconds']} s", markup=False)
