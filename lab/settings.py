@@ -102,10 +102,11 @@ DEBIAN_MIRROR = Setting("SLURMLAB_DEBIAN_MIRROR", "http://deb.debian.org/debian"
 MAX_NODES_PER_GROUP = Setting("SLURMLAB_MAX_NODES_PER_GROUP", 64, "the lab's cap on an instance group's InstanceCount",
                               _positive_int)
 BOOT_SLOTS = Setting("SLURMLAB_BOOT_SLOTS", None, "how many VMs of a cluster boot at once (0: no limit)", _count,
-                     "detected: one per host core under emulation, no limit with KVM")
+                     "detected: one per core of the cluster's host under emulation, no limit with KVM there")
 FORK_SLOTS = Setting("SLURMLAB_FORK_SLOTS", None, "how many VMs of a cluster are forked from templates at once (0: no "
                      "limit); forks take no boot slot", _count,
-                     "detected: two per host core under emulation, at most one per GiB of host memory; no limit with KVM")
+                     "detected: two per core of the cluster's host under emulation, at most one per GiB of its "
+                     "memory; no limit with KVM there")
 LEGACY_ATTEMPTS = Setting("SLURMLAB_LEGACY_ATTEMPTS", 3, "attempts of a legacy (non-continuous) create before it "
                           "rolls back", int)
 HOST_LOST_S = Setting("SLURMLAB_HOST_LOST_S", 60.0, "seconds a silent libvirt host is waited for before its nodes "

@@ -109,12 +109,13 @@ def make_configurer(name: str):
 
 
 def make_engine(st: Store):
-    """The daemon's engine: each cluster built by its own provider, made on first use."""
+    """The daemon's engine: each cluster built by its own provider, made on first use; its boot and
+    fork slots counted from the cores and memory of the cluster's own host (lab/engine/slots.py)."""
     from lab.engine import slots
     from lab.engine.engine import Engine, Tuning
 
     return Engine(st, provider_factory=make_provider, configurer_factory=make_configurer,
-                  tuning=Tuning(max_attempts=settings.LEGACY_ATTEMPTS.get(), boot_slots=slots.boot_slots(), fork_slots=slots.fork_slots(),
+                  tuning=Tuning(max_attempts=settings.LEGACY_ATTEMPTS.get(), host_slots=slots.HostSlots(),
                                 host_lost_s=settings.HOST_LOST_S.get()))
 
 

@@ -14,9 +14,10 @@ One asyncio loop (`Engine.step`, once a tick) over every cluster, and parts that
   SlurmWatch        lab/engine/watching.py     Slurm's view, marks and recovery; the heartbeat
   ExtensionWork     lab/engine/extensions.py   cluster extensions applied, probed, removed
   HostLoss, Sight   lab/engine/hostloss.py, sight.py  a host that does not answer
-The plan itself is pure (lab/engine/plan.py). A failing step marks its node Failure with the reason
-and a retry time (exponential backoff with jitter), or for good when the failure is permanent, and
-never stops the pass.
+The plan itself is pure (lab/engine/plan.py); the boot and fork slots it keeps are counted per
+cluster from its own host's cores and memory (lab/engine/slots.py HostSlots, Tuning.host_slots). A
+failing step marks its node Failure with the reason and a retry time (exponential backoff with
+jitter), or for good when the failure is permanent, and never stops the pass.
 
 Each cluster is built by the provider it was created with (`ClusterRow.provider`). The engine keeps
 nothing it cannot rebuild: killed at any moment, a new engine on the same store resumes every
@@ -84,9 +85,11 @@ class Tuning:
     backoff_max: float = BACKOFF_MAX
     join_quiet_s: float = JOIN_QUIET_S  # the join batching window (plan.join_wait)
     join_max_wait_s: float = JOIN_MAX_WAIT_S
-    # per provider name: VMs of a cluster booting at once (slots.LAUNCH_PRIORITY); absent: no limit
+    # (provider, host or None) -> a cluster's (boot, fork) slots, None: no limit (slots.HostSlots, per host)
+    host_slots: Callable[[str, str | None], tuple[int | None, int | None]] | None = None
+    # without host_slots, per provider name: VMs of a cluster booting at once (slots.LAUNCH_PRIORITY),
+    # and forked at once (they take no boot slot); absent: no limit
     boot_slots: dict[str, int] = field(default_factory=dict)
-    # per provider name: VMs of a cluster forked at once (they take no boot slot); absent: no limit
     fork_slots: dict[str, int] = field(default_factory=dict)
     host_lost_s: float = HOST_LOST_S  # a cluster's host silent this long is given up (hostloss.py)
     slurm_period_s: float = recovery.SLURM_PERIOD_S  # how often Slurm's view is read (watching.py)
@@ -199,7 +202,8 @@ class Engine:
             rec.fill_addresses(c, prov, nodes)
         now = self.clock()
         t = self.tuning
-        slots = (t.boot_slots.get(c.provider), t.fork_slots.get(c.provider))
+        slots = (t.host_slots(c.provider, c.host) if t.host_slots  # the cluster's host's cores (slots.py)
+                 else (t.boot_slots.get(c.provider), t.fork_slots.get(c.provider)))
         forks = rec.fork_groups(c, prov, gmap, nodes) if slots != (None, None) else set()
         p = planner.plan(c, groups, nodes, observed, busy, now, limits=limits, used=used,
                          max_attempts=t.max_attempts, join_quiet_s=t.join_quiet_s, join_max_wait_s=t.join_max_wait_s,

@@ -1,5 +1,7 @@
 """What a libvirt host's capabilities say about running the lab's VMs there: the domain type, whether
-qemu is confined, the qemu user (read from the host's own libvirt, never from this machine)."""
+qemu is confined, the qemu user (read from the host's own libvirt, never from this machine for a
+remote host). `domain_type` is the one choice of kvm or qemu per host: the Vagrantfile's
+(lab.providers.hostside) and the host's boot and fork slots (lab.engine.slots) both ask it."""
 
 from __future__ import annotations
 
@@ -19,6 +21,17 @@ def driver_of(host, conn) -> str:
         return "kvm"
     except libvirt.libvirtError:
         return "qemu"
+
+
+def domain_type(host, conn) -> str:
+    """The domain type the lab's VMs get on `host`: on this machine (the local host, a simulated one)
+    what this machine's /dev/kvm allows (lab.host.kvm, SLURMLAB_DRIVER first); on a remote host what
+    its own libvirt offers (`driver_of`, `conn` is that host's connection)."""
+    if not host.remote:
+        from lab.host import kvm
+
+        return kvm.detect().driver
+    return driver_of(host, conn)
 
 
 def confined(caps_xml: str) -> bool:

@@ -12,6 +12,10 @@ the qemu user (lab.secrets.qemu_readable_copy). A remote host has none of this m
   qemu (AppArmor, SELinux) would refuse qemu that file: the node then gets the key from Ansible's
   munge role after boot (ADR 0002's fallback) and no credential is uploaded.
 
+The domain type (kvm or qemu) is lab.host.caps.domain_type's: this machine's /dev/kvm on this
+machine, the remote's own libvirt there; the host's boot and fork slots ask the same
+(lab/engine/slots.py).
+
 `foreign_paths` is the guard: a remote host's Vagrantfile may name no path of this machine except
 in the lines only this machine reads (the key Vagrant logs in with, the libvirt URI, the proxy).
 """
@@ -25,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab import paths, secrets, settings
-from lab.host.caps import confined, driver_of, qemu_owner
+from lab.host.caps import confined, domain_type, qemu_owner
 
 TB_CACHE_MIB = 128  # as the local wrapper's tb-size (docs/adr/0001 #3)
 # vagrant-libvirt writes each `features` string raw as `<STRING/>` (templates/domain.xml.erb), so one
@@ -76,19 +80,19 @@ def _upload(conn, pool, name: str, key: bytes, uid: int, gid: int) -> str:
 
 def inputs(host, cluster: str, munge_key: Path) -> LaunchInputs:
     """What the cluster's Vagrantfile says of its host: driver, TCG cap, credential, how it is reached."""
-    from lab.host import kvm, libvirtd
+    from lab.host import libvirtd
     from lab.providers.vagrantfile import credentials_dir
 
     if not host.remote:
-        k = kvm.detect()
+        driver = domain_type(host, None)  # this machine's /dev/kvm
         fw = secrets.qemu_readable_copy(munge_key, credentials_dir(cluster) / "munge.key")
-        return LaunchInputs(k.driver, None if k.usable else str(libvirtd.ensure_wrapper()),
+        return LaunchInputs(driver, None if driver == "kvm" else str(libvirtd.ensure_wrapper()),
                             munge_key_file=str(fw), uri=host.uri)
     from lab.host import sshhost
 
     conn = host.connect()
     try:
-        driver = driver_of(host, conn)
+        driver = domain_type(host, conn)  # what its own libvirt offers
         fw = upload_munge_key(host, conn, cluster, munge_key.read_bytes())
         pool_path = ET.fromstring(conn.storagePoolLookupByName(host.pool).XMLDesc(0)).findtext("target/path")
     finally:

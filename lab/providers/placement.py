@@ -1,12 +1,15 @@
 """Which libvirt host a cluster lives on: chosen once, when its folder is first written, on the host
-with the most room (free memory first, then CPUs); remembered in the cluster's folder (`host`).
+with the most room (free memory first, then free cores); remembered in the cluster's folder (`host`).
 
 A cluster stays on one host: its VM network (bridge, dnsmasq) is that host's, so its machines
 could not reach a machine elsewhere. Room on a host = what libvirt reports free there, less the
 reserve the host keeps for itself, capped by the lab's limit for it (`slurmlab host limit`) less
 the memory of the lab's domains already there and what the clusters placed there claim and have not
 started yet (the second line of their `host` file: a room of students creating at once must not all
-land on the host that looked emptiest before any of them booted).
+land on the host that looked emptiest before any of them booted). A host's free cores are its own
+(libvirt's node info) less the vCPUs of its running domains: with no CPU limit for the lab there, they
+still decide between hosts with as much memory free. The cluster's boot and fork slots then come
+from that host's cores and memory too (lab/engine/slots.py).
 """
 
 from __future__ import annotations
@@ -33,17 +36,25 @@ class Room:
     cpus: int | None  # vCPUs the lab may still start (None: no limit)
     reachable: bool = True
     why: str = ""
+    free_cpus: int | None = None  # the host's cores less the vCPUs of its running domains (None: not known)
 
 
 def choose(memory_mib: int, cpus: int, rooms: Sequence[Room]) -> str | None:
     """The host for a cluster needing `memory_mib` and `cpus`: among the reachable hosts with room
-    for all of it, the one with the most free memory (then the most CPUs, then the first listed);
-    None when no host has room. Pure: tested on tables."""
+    for all of it (a room's `cpus` None: no CPU limit), the one with the most free memory, then the
+    most cores (`_cores`), then the first listed; None when no host has room. Pure: tested on tables."""
     fits = [r for r in rooms if r.reachable and r.memory_mib >= memory_mib and (r.cpus is None or r.cpus >= cpus)]
     if not fits:
         return None
     order = {r.host: i for i, r in enumerate(rooms)}
-    return max(fits, key=lambda r: (r.memory_mib, r.cpus if r.cpus is not None else 1 << 20, -order[r.host])).host
+    return max(fits, key=lambda r: (r.memory_mib, _cores(r), -order[r.host])).host
+
+
+def _cores(r: Room) -> int:
+    """The cores a host has for one more cluster: the fewer of its limit's vCPUs left and its free
+    cores, whichever are known (neither: as many as any)."""
+    known = [n for n in (r.cpus, r.free_cpus) if n is not None]
+    return min(known) if known else 1 << 20
 
 
 def room(host: Host, cluster: str | None = None) -> Room:
@@ -57,6 +68,7 @@ def room(host: Host, cluster: str | None = None) -> Room:
         return Room(host.name, 0, 0, reachable=False, why=e.get_error_message())
     try:
         free = available_mib(conn) - HOST_RESERVE_MIB
+        cores = int(conn.getInfo()[2])  # [model, memory MiB, cpus, ...]
         used_mib = used_cpus = 0
         started: dict[str | None, int] = {}  # cluster -> MiB of its running domains
         claims = {c: mib for c, mib in _claims(host.name).items() if c != cluster}
@@ -72,7 +84,7 @@ def room(host: Host, cluster: str | None = None) -> Room:
         free -= pending
         mem = free if host.memory_mib is None else min(free, host.memory_mib - used_mib - pending)
         cpus = None if host.cpus is None else host.cpus - used_cpus
-        return Room(host.name, max(mem, 0), cpus)
+        return Room(host.name, max(mem, 0), cpus, free_cpus=cores - used_cpus)
     except libvirt.libvirtError as e:
         return Room(host.name, 0, 0, reachable=False, why=e.get_error_message())
     finally:

@@ -25,11 +25,18 @@ from lab.providers.placement import Room, choose
     # an unreachable host is never chosen; ties go to the first listed (local)
     (1024, 1, [Room("local", 4000, None), Room("h2", 9000, None, reachable=False)], "local"),
     (1024, 1, [Room("local", 4000, None), Room("h2", 4000, None)], "local"),
+    # no CPU limit: the free cores still break a tie on memory (more first), never exclude a host
+    (1024, 1, [Room("local", 4000, None, free_cpus=2), Room("h2", 4000, None, free_cpus=8)], "h2"),
+    (1024, 4, [Room("local", 4000, None, free_cpus=2), Room("h2", 3000, None, free_cpus=8)], "local"),
+    (1024, 16, [Room("local", 4000, None, free_cpus=-2)], "local"),
+    # a limit and free cores: the fewer counts (a limit the host's other VMs leave no cores for)
+    (1024, 2, [Room("local", 4000, 8, free_cpus=2), Room("h2", 4000, None, free_cpus=4)], "h2"),
+    (1024, 2, [Room("local", 4000, 8, free_cpus=6), Room("h2", 4000, None, free_cpus=4)], "local"),
     # no host has room: None (the caller waits for room on the roomiest)
     (9000, 1, [Room("local", 4000, None), Room("h2", 8000, None)], None),
     (1024, 1, [], None),
 ])
-def test_choose_takes_free_memory_first_then_cpus(need_mib, need_cpus, rooms, expected):
+def test_choose_takes_free_memory_first_then_cores(need_mib, need_cpus, rooms, expected):
     assert choose(need_mib, need_cpus, rooms) == expected
 
 
@@ -103,8 +110,11 @@ class _Dom:
 
 
 class _Conn:
-    def __init__(self, free_mib, doms):
-        self.free, self.doms = free_mib, doms
+    def __init__(self, free_mib, doms, cpus=8):
+        self.free, self.doms, self.cpus = free_mib, doms, cpus
+
+    def getInfo(self):  # [model, memory MiB, cpus, mhz, nodes, sockets, cores, threads]
+        return ["x86_64", 24 * 1024, self.cpus, 2400, 1, 1, self.cpus, 1]
 
     def getFreeMemory(self):
         return self.free << 20
@@ -124,9 +134,10 @@ def test_room_is_free_memory_less_the_reserve_capped_by_the_lab_limit(monkeypatc
     monkeypatch.setattr(Host, "connect", lambda self: _Conn(20000, [_Dom(768, 1), _Dom(768, 1), _Dom(2048, 2, active=False)]))
     r = placement.room(host)
     assert (r.memory_mib, r.cpus, r.reachable) == (4096 - 1536, 2, True)
+    assert r.free_cpus == 8 - 2  # the host's cores less the running domains' vCPUs
     host.memory_mib, host.cpus = None, None
     r = placement.room(host)
-    assert (r.memory_mib, r.cpus) == (20000 - registry.HOST_RESERVE_MIB, None)
+    assert (r.memory_mib, r.cpus, r.free_cpus) == (20000 - registry.HOST_RESERVE_MIB, None, 6)
 
 
 @pytest.mark.parametrize("uri,want", [("qemu:///system", 1500), ("qemu+unix:///system?socket=/x/sock", 1500),
@@ -157,6 +168,19 @@ def test_a_cluster_is_placed_once_where_there_is_room(lab_home, monkeypatch):
     ClusterDir("big").create()
     rooms["local"] = Room("local", 3000, None)
     assert placement.place("big", 9000, 1).name == "local"
+
+
+def test_with_as_much_memory_free_the_host_with_more_free_cores_is_chosen(lab_home, monkeypatch):
+    """No CPU limit on either host: the cores libvirt reports less the vCPUs running there decide."""
+    from lab.workspace import ClusterDir
+
+    monkeypatch.setattr(registry, "meminfo_mib", lambda field="MemAvailable": 1 << 20)
+    registry.add(Host("h2", "qemu+ssh://root@10.212.1.2/system"))
+    conns = {"local": _Conn(8000, [_Dom(1000, 6)], cpus=8), "h2": _Conn(8000, [_Dom(1000, 2)], cpus=16)}
+    monkeypatch.setattr(Host, "connect", lambda self: conns[self.name])
+    assert [placement.room(h).free_cpus for h in registry.all_hosts()] == [2, 14]
+    ClusterDir("c").create()
+    assert placement.place("c", 2000, 2).name == "h2"
 
 
 class _NamedDom(_Dom):
