@@ -12,6 +12,11 @@ line, with a version in HyperPod's `ImageReleaseVersion` form (MAJOR.MINOR.PATCH
 - `status()` is HyperPod's ImageVersionStatus of a node on a release: UpToDate, UpdateAvailable (a
   newer release of its line is available), SecurityUpdateRequired (one of those is marked security:
   `slurmlab box tag --security`), EndOfLife (its release is gone and its line has nothing newer).
+- Per host (issue 47): an entry's `hosts` maps each other libvirt host whose pool holds its image to
+  those volumes (a template's `slurmlab_tpl_*`, recorded by lab/providers/hosttemplates.py; a
+  vagrant-libvirt box volume, recorded when a node made from it is recognised:
+  lab/providers/imagerelease.py). A Release's `hosts` names them, and `local` while its box is added
+  to Vagrant here.
 - `slurm_step()`: Slurm upgrades in place from the two previous major releases (three since 24.11:
   24.11 -> 26.05 is allowed) and never downgrades; a change beyond that is refused with the reason.
 
@@ -28,6 +33,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from lab.host.registry import LOCAL
 from lab.osutil import atomic_write
 from lab.paths import cache
 
@@ -48,6 +54,7 @@ class Release:
     registered_at: str | None = None
     security: bool = False
     available: bool = True  # its box is added to Vagrant now
+    hosts: tuple[str, ...] = ()  # the hosts holding its image: `local` (its box in Vagrant here), others' pools
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -115,14 +122,24 @@ def _entry(doc: dict, box: str, marker: dict, security: bool, now: float) -> dic
     return e
 
 
+def _release(e: dict, available: bool) -> Release:
+    """An entry as a Release (its `hosts`: the local host while available, then the others that hold it)."""
+    others = sorted(h for h, vols in (e.get("hosts") or {}).items() if vols and h != LOCAL)
+    return Release(**{**e, "available": available, "hosts": tuple(([LOCAL] if available else []) + others)})
+
+
+def _save(doc: dict) -> None:
+    atomic_write(registry_path(), json.dumps(doc, indent=2, sort_keys=True) + "\n")
+
+
 def register(box: str, marker: dict, *, security: bool = False, now: float | None = None) -> Release:
     """The release of box `box` as its slurmlab.json describes it (a new version if the lab has not seen it)."""
     registry_path().parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(registry_path()) + ".lock"):
         doc = _load()
         e = _entry(doc, box, marker, security, time.time() if now is None else now)
-        atomic_write(registry_path(), json.dumps(doc, indent=2, sort_keys=True) + "\n")
-    return Release(**e)
+        _save(doc)
+    return _release(e, True)
 
 
 def catalog() -> list[Release]:
@@ -135,10 +152,59 @@ def catalog() -> list[Release]:
             doc = _load()
             for n, m in sorted(added, key=lambda x: x[1].get("built_at") or ""):
                 _entry(doc, n, m, False, time.time())
-            atomic_write(registry_path(), json.dumps(doc, indent=2, sort_keys=True) + "\n")
+            _save(doc)
     here = {f"{n}|{m.get('inputs_hash', '')}" for n, m in added}
-    out = [Release(**{**e, "available": k in here}) for k, e in doc.items()]
+    out = [_release(e, k in here) for k, e in doc.items()]
     return sorted(out, key=lambda r: (r.line, version_key(r.version)))
+
+
+# ---------------------------------------------------------------- per host (issue 47)
+def record_on_host(host: str, box: str, inputs_hash: str, volumes, marker: dict | None = None) -> str | None:
+    """Host `host`'s pool holds the image of release `box`|`inputs_hash` as `volumes` (kept with the
+    entry); the release's version. An unknown release is registered when `marker` (its box's
+    slurmlab.json) describes it, else nothing is recorded (None)."""
+    key, volumes = f"{box}|{inputs_hash}", sorted(set(volumes))
+    e = _load().get(key)
+    if e is not None and set(volumes) <= set((e.get("hosts") or {}).get(host, ())):
+        return e["version"]  # known already: no write (every fork on a host asks)
+    registry_path().parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(registry_path()) + ".lock"):
+        doc = _load()
+        if key not in doc and marker is not None and marker.get("inputs_hash", "") == inputs_hash:
+            _entry(doc, box, marker, False, time.time())
+        if (e := doc.get(key)) is None:
+            return None
+        hosts = e.setdefault("hosts", {})
+        hosts[host] = sorted({*hosts.get(host, ()), *volumes})
+        _save(doc)
+    return e["version"]
+
+
+def forget_on_host(host: str, volumes=None) -> None:
+    """Host `host`'s pool no longer holds `volumes` (None: any: the host left the lab)."""
+    doc = _load()
+    drop = None if volumes is None else set(volumes)
+    if not any(host in (e.get("hosts") or {}) for e in doc.values()) or drop == set():
+        return
+    with FileLock(str(registry_path()) + ".lock"):
+        doc = _load()
+        for e in doc.values():
+            hosts = e.get("hosts") or {}
+            if host not in hosts:
+                continue
+            left = [] if drop is None else [v for v in hosts[host] if v not in drop]
+            if left:
+                hosts[host] = left
+            else:
+                del hosts[host]
+            if not hosts:
+                e.pop("hosts", None)
+        _save(doc)
+
+
+def on_host(host: str) -> dict[str, str]:
+    """{volume of host `host`'s pool: the version of the release it holds}, as recorded."""
+    return {v: e["version"] for e in _load().values() for v in (e.get("hosts") or {}).get(host, ())}
 
 
 # ---------------------------------------------------------------- pure questions about a catalog

@@ -137,6 +137,9 @@ def host_remove(name: str = typer.Argument(...), output: Output = OutputOpt) -> 
         sshhost.close(host)
         sshhost.forget(name)
     registry.remove(name)
+    from lab.box import releases
+
+    releases.forget_on_host(name)  # its pool's images are no release's any more (a simulated host's too)
     if output == Output.json:
         print_json({"removed": name, "done": done})
     else:

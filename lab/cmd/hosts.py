@@ -250,28 +250,32 @@ def _templates_on_hosts() -> tuple[dict[str, list[str]], list[tuple[str, str]]]:
 
 @box_app.command("list")
 def box_list(output: Output = OutputOpt) -> None:
-    """List Vagrant's libvirt boxes: which slurmlab built (and from the current inputs), and each one's
-    image release (ImageReleaseVersion; docs/box.md)."""
+    """List Vagrant's libvirt boxes: which slurmlab built (and from the current inputs), each one's image
+    release (ImageReleaseVersion; docs/box.md) and the hosts that hold it (`local`: added to Vagrant here;
+    another host: its pool holds the release's templates or box image). A release whose box left Vagrant
+    but another host still holds is listed too (added False)."""
     from lab import box
     from lab.box import releases
     from lab.box.images import image_id
 
-    boxes = box.list_boxes()
     known = releases.catalog()
-    ids = {b.name: image_id(b.name, b.inputs_hash) if b.slurmlab else None for b in boxes}
-    rel = {b.name: releases.of_box(known, b.name) for b in boxes}
+    rows = [(b, releases.of_box(known, b.name)) for b in box.list_boxes()]
+    rows += [(box.BoxInfo(name=r.box, inputs_hash=r.inputs_hash, path=None, size_bytes=None, added=False,
+                          built_at=r.built_at, slurmlab=True, slurm_version=r.slurm_version), r)
+             for r in known if not r.available and r.hosts]  # e.g. a rebuilt box's old image still on room-b
+    ids = [image_id(b.name, b.inputs_hash) if b.slurmlab else None for b, _ in rows]
     if output == Output.json:
-        print_json([{**vars(b), "image_id": ids[b.name], "release": rel[b.name].to_json() if rel[b.name] else None}
-                    for b in boxes])
+        print_json([{**vars(b), "image_id": iid, "release": r.to_json() if r else None, "hosts": list(r.hosts) if r else []}
+                    for (b, r), iid in zip(rows, ids)])
         return
-    if not boxes:
+    if not rows:
         out.print("no boxes; run `slurmlab box build`")
-    for b in boxes:
-        r = rel[b.name]
+    for (b, r), iid in zip(rows, ids):
         what = (f"release={r.version}  line={r.line}  slurm={r.slurm_version}" + ("  security" if r.security else "")
                 if r else "release=-")
-        out.print(f"{b.name}  {what}  image={ids[b.name] or '-'}  "
-                  f"inputs={b.inputs_hash[:12] if b.inputs_hash else '-'}  built={b.built_at or '-'}", markup=False)
+        out.print(f"{b.name}  {what}  image={iid or '-'}  inputs={b.inputs_hash[:12] if b.inputs_hash else '-'}  "
+                  f"built={b.built_at or '-'}  on: {', '.join(r.hosts) if r and r.hosts else '-'}"
+                  + ("  (not in Vagrant here)" if not b.added else ""), markup=False)
 
 
 @box_app.command("tag")

@@ -15,10 +15,10 @@ from lab.engine.backends import Backends
 from lab.engine.bookkeeping import HEALTH_CHECK, Records, health_outcome
 from lab.engine.plan import (HEALTH_CHECKING, HEALTH_MARKS, MOVE_ATTACH, MOVE_DETACH, NO_RETRY, UPDATE_DRAIN, Action,
                              node_recovery)
-from lab.box.releases import of_box as release_of_box
 from lab.engine.rolling import Rollout, cluster_box
 from lab.engine.states import Kind, Phase, Status
 from lab.engine.tasks import Tasks
+from lab.providers import imagerelease
 from lab.providers.base import LaunchError, Observed, threads_running
 from lab.store.db import ClusterRow, NodeRow
 
@@ -89,17 +89,17 @@ class Steps:
         how = (f" (forked from {'role ' if details.get('role_template') else ''}template {details['template']} "
                f"in {details['seconds']} s)"
                if details.get("template") else "")
-        self._booted(cluster, a, "VM answers ssh", "VM up" + how, op, release=self._release(c, n))
+        self._booted(cluster, a, "VM answers ssh", "VM up" + how, op, release=await self._release(c, n))
 
-    def _release(self, c: ClusterRow, n: NodeRow) -> str | None:
-        """The image release the node's VM was just made from (its box's, lab/box/releases.py)."""
+    async def _release(self, c: ClusterRow, n: NodeRow) -> str | None:
+        """The image release the node's VM was just made from (its box's; on another host what its disk was
+        made from there: lab/providers/imagerelease.py)."""
         try:
-            rels = self.io.provider_for(c).releases()
+            prov = self.io.provider_for(c)
+            return await imagerelease.of_node(prov, c.name, n.name, prov.releases(), n.image or cluster_box(c))
         except Exception as e:  # noqa: BLE001 - not knowing the release must not fail a launch
             log.warning("%s: its image release is not known: %s", n.name, e)
             return None
-        r = release_of_box(rels, n.image or cluster_box(c))
-        return r.version if r else None
 
     def _booted(self, cluster: str, a: Action, message: str, event: str, op: str | None, **vals) -> None:
         """The node's VM answers (launched or rebooted): it is configured again from scratch."""

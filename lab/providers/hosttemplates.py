@@ -17,6 +17,10 @@ A fork there (`PoolStore`, used by lab/providers/fork.py) makes volumes only: it
 by libvirt on the host (`<node>-fork.save`) whose header is then rewritten in place with the fork's XML
 (one small upload at offset 0: the header keeps its length), and its state disk. Nothing runs on the
 host beyond libvirt, and its volumes go with the node like any other (lab.providers.domains.purge).
+
+The release registry (lab/box/releases.py) records which host holds which template volumes under the
+release of the template's box (`ensure`), and forgets them when they are removed (`prune`,
+`remove_all`): lab/providers/imagerelease.py reads a remote node's release from them.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from lab.box import releases
 from lab.providers import savefile, templates, volstream
 
 log = logging.getLogger(__name__)
@@ -106,6 +111,7 @@ def ensure(host, conn, tpl: templates.Template) -> OnHost:
     from lab.providers.roletemplates import RoleTemplate
 
     sent: list[str] = []
+    names: list[str] = []  # every volume of the template (kept or sent)
     try:
         uid, gid = qemu_owner(conn.getCapabilities())
         pool = conn.storagePoolLookupByName(host.pool)
@@ -113,6 +119,7 @@ def ensure(host, conn, tpl: templates.Template) -> OnHost:
 
         def up(src: Path, local: Path | None = None) -> str:
             name = volume_name(local or src)
+            names.append(name)
             with _lock(host.name, name):  # two templates share their plain template's files: one upload
                 return _upload(conn, pool, name, src, uid, gid, sent)
 
@@ -125,13 +132,29 @@ def ensure(host, conn, tpl: templates.Template) -> OnHost:
         state_path = up(tpl.state) if isinstance(tpl, RoleTemplate) and tpl.state.is_file() else None
         if sent:
             log.info("template %s uploaded to host %s: %s", tpl.key, host.name, ", ".join(sent))
-            if gone := prune(conn, host.pool, local_keys()):
+            if gone := prune(conn, host.pool, local_keys(), host=host.name):
                 log.info("host %s: removed the volumes of templates this machine no longer has: %s", host.name, ", ".join(gone))
+        _record(host.name, tpl, names)
         return OnHost(on_host[files[-1]], memory, state_path)
     except libvirt.libvirtError as e:
         raise templates.TemplateError(f"template {tpl.key} on host {host.name}: {e.get_error_message()}") from None
     except OSError as e:
         raise templates.TemplateError(f"template {tpl.key} on host {host.name}: {e}") from None
+
+
+def _record(host: str, tpl: templates.Template, names: list[str]) -> None:
+    """The release of the template's box: host `host` holds it as `names` (lab/box/releases.py). Never
+    fails a fork: a release not recorded is only a node's release read as its box's current one."""
+    try:
+        meta = tpl.meta
+        marker = templates.box_marker(meta["box"])
+        # a template built before its meta named the box's inputs: ensure is asked for current templates
+        # only, so its box as added now is what it was built from (the key hashes the box's slurmlab.json)
+        inputs = meta.get("box_inputs_hash") or marker.get("inputs_hash")
+        if not inputs or releases.record_on_host(host, meta["box"], inputs, names, marker) is None:
+            log.warning("template %s on host %s: the release of its box %s is not known", tpl.key, host, meta["box"])
+    except (OSError, ValueError, KeyError, templates.TemplateError) as e:
+        log.warning("template %s on host %s: its release is not recorded: %s", tpl.key, host, e)
 
 
 def listing(conn, pool_name: str) -> list[dict]:
@@ -146,28 +169,33 @@ def listing(conn, pool_name: str) -> list[dict]:
     return sorted(out, key=lambda x: x["volume"])
 
 
-def prune(conn, pool_name: str, keep: set[str]) -> list[str]:
-    """Remove the host's template volumes of folders not in `keep` (templates this machine no longer has)."""
+def prune(conn, pool_name: str, keep: set[str], host: str | None = None) -> list[str]:
+    """Remove the host's template volumes of folders not in `keep` (templates this machine no longer has);
+    the release registry forgets that host `host` holds them."""
     from lab.providers.domains import _delete_volumes
 
     def stale(vol) -> bool:
         name = vol.name()
         return name.startswith(PREFIX) and name[len(PREFIX):].rpartition("_")[0] not in keep
 
-    return _delete_volumes(conn, pool_name, stale)
+    gone = _delete_volumes(conn, pool_name, stale)
+    if host is not None and gone:
+        releases.forget_on_host(host, gone)
+    return gone
 
 
 def remove_all(host) -> list[str]:
     """What a host that leaves the lab keeps of it: none of its template volumes (for humans: what went,
-    or why they stay)."""
+    or why they stay). The release registry forgets the host either way."""
     import libvirt
 
+    releases.forget_on_host(host.name)
     try:
         conn = host.connect()
     except libvirt.libvirtError as e:
         return [f"the template volumes ({PREFIX}*) stay on host {host.name}: {e.get_error_message()}"]
     try:
-        return [f"volume {v} on host {host.name}" for v in prune(conn, host.pool, set())]
+        return [f"volume {v} on host {host.name}" for v in prune(conn, host.pool, set(), host=host.name)]
     except libvirt.libvirtError as e:
         return [f"the template volumes ({PREFIX}*) stay on host {host.name}: {e.get_error_message()}"]
     finally:

@@ -257,7 +257,8 @@ def _build(t: RoleTemplate, plain: templates.Template, shape: Shape, driver: str
             os.chmod(f, 0o444)  # frozen: the saved memory expects exactly these disks
         timings["save"] = round(time.monotonic() - t2, 1)
         meta = {"key": t.key, "role": t.role, "base": plain.key, "cpus": shape.cpus, "memory_mib": shape.memory_mib,
-                "driver": driver, "box": plain.meta["box"], "files": files_hash(t.role), "revision": ROLE_REVISION,
+                "driver": driver, "box": plain.meta["box"], "box_inputs_hash": plain.meta.get("box_inputs_hash"),
+                "files": files_hash(t.role), "revision": ROLE_REVISION,
                 "created": time.time(), "xml_room": img.xml_room, "timings": timings}
         (t.folder / "meta.json").write_text(json.dumps(meta, indent=1))
         log.info("role template %s built in %.0f s (%s)", t.key, time.monotonic() - t0, timings)

@@ -11,7 +11,7 @@ A template is three files under `<libvirt dir>/templates/<key>/`:
     disk.qcow2  an overlay over base.img: the disk as the saved memory expects it; frozen after the save
                 (every fork gets its own overlay over it)
     mem.save    libvirt's save image (lab/providers/savefile.py), its XML padded so that a fork's fits
-    meta.json   what it was built from, when, and what it took
+    meta.json   what it was built from (the box and its inputs hash: its image release), when, and what it took
 The key hashes the box image (path, size, mtime, slurmlab.json), the shape, the domain type (kvm or
 qemu) and TEMPLATE_REVISION: `slurmlab box build` re-adding a box makes new keys, and old templates
 are pruned (`prune`). Built under a file lock: two clusters asking for one shape build it once.
@@ -115,6 +115,14 @@ def box_image(box: str) -> Path:
     if d is None or not (d / "box.img").is_file():
         raise TemplateError(f"box {box} is not added to Vagrant (slurmlab box build)")
     return d / "box.img"
+
+
+def box_marker(box: str) -> dict:
+    """The slurmlab.json of an added box ({} when there is none): its inputs hash names its release."""
+    try:
+        return json.loads((box_image(box).parent / "slurmlab.json").read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def key(box: str, shape: Shape, driver: str) -> str:
@@ -297,7 +305,8 @@ def _build(t: Template, box: str, shape: Shape, driver: str) -> None:
         os.replace(part, t.memory)
         for f in (t.folder / "base.img", t.disk):
             os.chmod(f, 0o444)  # frozen: the saved memory expects exactly this disk
-        meta = {"key": t.key, "box": box, "box_image": str(box_image(box)), "cpus": shape.cpus,
+        meta = {"key": t.key, "box": box, "box_image": str(box_image(box)),
+                "box_inputs_hash": box_marker(box).get("inputs_hash"), "cpus": shape.cpus,
                 "memory_mib": shape.memory_mib, "driver": driver, "revision": TEMPLATE_REVISION,
                 "created": time.time(), "xml_room": img.xml_room, "failed_units": failed,
                 "timings": {"copy": round(t_copied - t0, 1), "agent": round(t_agent - t_copied, 1),
