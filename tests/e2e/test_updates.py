@@ -448,7 +448,7 @@ def _rig_sees(command: str) -> str:
 def test_a_second_host_takes_the_cluster_the_first_has_no_room_for(served):
     """Issues 16, 29 and 47 on real VMs: a second libvirt host that looks like another machine (`host simulate
     --remote`: its own libvirtd, sshd and address in namespaces of its own, none of the lab's files there),
-    reached only over qemu+ssh. With this host's memory limited to what its VMs use plus 200 MiB,
+    reached only over qemu+ssh, its templates uploaded first (`host prepare`). With this host's memory limited to what its VMs use plus 200 MiB,
     a cluster made with boto3 (controller + 1 compute, 1536 MiB) is placed on the remote host. Its nodes
     are forked there (issue 47): the templates go up to the remote's pool through libvirt, rebased onto
     its volumes, and each node's overlay, save image copy and state disk are volumes there; its domains
@@ -470,6 +470,9 @@ def test_a_second_host_takes_the_cluster_the_first_has_no_room_for(served):
     assert _rig_sees("test -S /run/libvirt/libvirt-sock && echo yes").strip() == "yes"
     assert not list(simulated.folder(H2).rglob("libvirt-sock"))
     sl("delete-cluster", FAR, "--leftovers", timeout=300)  # a killed run's far, in the simulated host's own libvirt
+    # its templates go up before the class (far's shape: a t3.medium controller and a c5.large worker)
+    prepared = json.loads(sl("host", "prepare", H2, "--shape", "1cpu-768mib", "--output", "json", timeout=600).stdout)
+    assert prepared["driver"] == "qemu" and None in {t["role"] for t in prepared["templates"]}, prepared
     try:
         conn = libvirtd.connect()
         try:
@@ -498,6 +501,12 @@ def test_a_second_host_takes_the_cluster_the_first_has_no_room_for(served):
         assert far["Lab"]["Host"] == H2 and describe()["Lab"]["Host"] == "local", far
         listed = json.loads(sl("list-cluster-nodes", FAR, "--output", "json").stdout)["ClusterNodeSummaries"]
         assert {n["Lab"]["Host"] for n in listed} == {H2}
+        # releases per host: the box's release is on H2 now, and far's nodes are on it (read from their disks there)
+        from lab.box import DEFAULT_BOX
+
+        release = next(b["release"] for b in json.loads(sl("box", "list", "--output", "json").stdout) if b["name"] == DEFAULT_BOX)
+        assert H2 in release["hosts"], release
+        assert {n["CurrentImageReleaseVersion"] for n in listed} == {release["version"]}, listed
         h2 = registry.get(H2)
         assert h2.remote and h2.uri.startswith("qemu+ssh://root@10.212.")
         c2 = h2.connect()
