@@ -18,7 +18,7 @@ from pathlib import Path
 
 from lab import paths, settings
 from lab.errors import HostError
-from lab.host import mode
+from lab.host import mode, pools
 from lab.host.run import run
 
 URI = "qemu:///system"
@@ -197,7 +197,7 @@ def ensure_pool() -> None:
                                 fix="libvirtd must see that folder: a filesystem mounted there after `slurmlab host up` "
                                     "started libvirtd is not in libvirtd's mount namespace; mount it first, "
                                     "or stop libvirtd and run `slurmlab host up` again") from None
-        pool.refresh(0)
+        pools.refresh(pool)
     finally:
         conn.close()
 
@@ -275,7 +275,7 @@ def prune_box_volumes(box_name: str, keep_newest: bool = True) -> list[str]:
             pool = conn.storagePoolLookupByName(POOL)
         except libvirt.libvirtError:
             return []
-        pool.refresh(0)
+        pools.refresh(pool)
         vols = pool.listAllVolumes()
         backing = set()
         for v in vols:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from lab.host import pools
 from lab.host.libvirtd import box_volume_prefix
 from lab.host.registry import Host, available_mib
 
@@ -80,7 +81,7 @@ def probe(host: Host, box_name: str, box_bytes: int | None) -> HostReport:
             rep.problem = f"storage pool '{host.pool}' on {host.name} is not started"
             rep.fix = f"virsh -c '{host.uri}' pool-start {host.pool}"
             return rep
-        pool.refresh(0)
+        pools.refresh(pool)
         rep.pool_free_gib = round(pool.info()[3] / (1 << 30), 1)
         if any(v.startswith(box_volume_prefix(box_name)) for v in pool.listVolumes()):
             rep.box = "present"

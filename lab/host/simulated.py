@@ -21,6 +21,7 @@ from pathlib import Path
 
 from lab import paths, settings
 from lab.errors import HostError
+from lab.host import pools
 from lab.host.registry import Host
 from lab.host.run import run
 
@@ -122,7 +123,7 @@ def ensure_pool(host: Host, pool_dir: Path | str) -> None:
             pool.setAutostart(1)
         if not pool.isActive():
             pool.create(0)
-        pool.refresh(0)
+        pools.refresh(pool)
     finally:
         conn.close()
 

@@ -247,11 +247,23 @@ def restore(cluster: str, tag: str) -> dict:
                 conn.restoreFlags(keep.memory(name), None, libvirt.VIR_DOMAIN_SAVE_PAUSED)
         t_restored = time.monotonic()
         _resume_paused(conn, cluster)
+        _drop_kept(cluster, meta["record"].get("nodes", []))
         return {"record": meta["record"], "timings": {
             "down": round(t_down - t0, 1), "disks": round(t_disks - t_down, 1),
             "restore": round(t_restored - t_disks, 1), "total": round(time.monotonic() - t0, 1)}}
     finally:
         conn.close()
+
+
+def _drop_kept(cluster: str, nodes: list[dict]) -> None:
+    """The kept ssh connections to the restored nodes end (lab/providers/kept.py): their TCP state died
+    with the guests' (the guests run on from the checkpoint's), and the next `slurmlab ssh` would print
+    ssh's "read from master failed" before connecting anew."""
+    from lab.providers import kept
+
+    for n in nodes:
+        if n.get("address"):
+            kept.drop(cluster, n["address"])
 
 
 def _discard(cluster: str, tag: str) -> None:

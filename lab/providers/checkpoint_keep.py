@@ -21,6 +21,7 @@ import os
 import shutil
 from pathlib import Path
 
+from lab.host import pools
 from lab.providers import volstream
 
 log = logging.getLogger(__name__)
@@ -110,7 +111,7 @@ class Pool:
 
     def free(self) -> int:
         pool = self._pool()
-        pool.refresh(0)
+        pools.refresh(pool)
         return pool.info()[3]
 
     def disk_bytes(self, path: str) -> int:
@@ -134,7 +135,7 @@ class Pool:
         src = self.dest / "disks" / Path(path).name
         self.drop_disk(path)
         pool = self._pool()
-        pool.refresh(0)
+        pools.refresh(pool)
         vol, _ = volstream.kept_or_new(pool, Path(path).name, src.stat().st_size, qemu_owner(self.conn.getCapabilities()),
                                        0o600, lambda v: False)
         with open(src, "rb") as f:
@@ -150,7 +151,7 @@ class Pool:
 
     def _mine(self) -> list:
         pool = self._pool()
-        pool.refresh(0)
+        pools.refresh(pool)
         return [v for v in pool.listAllVolumes() if v.name().startswith(volume_prefix(self.cluster, self.tag))]
 
     def held(self) -> int:

@@ -17,6 +17,7 @@ import os
 from collections.abc import Callable
 
 from lab import paths
+from lab.host import pools
 from lab.providers.base import DISK_FULL
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ def pool_free_mib(host) -> int:
     conn = host.connect()
     try:
         pool = conn.storagePoolLookupByName(host.pool)
-        pool.refresh(0)
+        pools.refresh(pool)
         return pool.info()[3] >> 20
     finally:
         conn.close()

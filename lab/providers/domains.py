@@ -7,6 +7,7 @@ import logging
 import re
 import time
 
+from lab.host import pools
 from lab.providers import placement
 from lab.providers.base import cluster_of
 
@@ -55,7 +56,7 @@ def _delete_volumes(conn, pool_name: str, match, attempts: int = 3) -> list[str]
     for attempt in range(attempts):
         try:
             pool = conn.storagePoolLookupByName(pool_name)
-            pool.refresh(0)
+            pools.refresh(pool)
             left = [v for v in pool.listAllVolumes() if match(v)]
         except libvirt.libvirtError as e:
             last = e
@@ -106,7 +107,7 @@ def leftovers_on(host, cluster: str) -> list[str]:
         found = [f"domain {d.name()}" for d in of_cluster(conn, cluster)]
         try:
             pool = conn.storagePoolLookupByName(host.pool)
-            pool.refresh(0)
+            pools.refresh(pool)
             found += [f"volume {v.name()}" for v in pool.listAllVolumes()
                       if is_cluster_volume(cluster, v.name()) or is_node_disk(cluster, v.name())]
         except libvirt.libvirtError:

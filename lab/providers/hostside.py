@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab import paths, secrets, settings
+from lab.host import pools
 from lab.host.caps import confined, domain_type, qemu_owner
 
 TB_CACHE_MIB = 128  # as the local wrapper's tb-size (docs/adr/0001 #3)
@@ -62,7 +63,7 @@ def upload_munge_key(host, conn, cluster: str, key: bytes) -> str | None:
     if confined(caps):
         return None
     pool = conn.storagePoolLookupByName(host.pool)
-    pool.refresh(0)
+    pools.refresh(pool)
     uid, gid = qemu_owner(caps)
     with _uploading:  # one prepare of the cluster at a time makes it (the next finds it made)
         return _upload(conn, pool, munge_volume(cluster), key, uid, gid)

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lab.box import releases
+from lab.host import pools
 from lab.providers import savefile, templates, volstream
 
 log = logging.getLogger(__name__)
@@ -115,7 +116,7 @@ def ensure(host, conn, tpl: templates.Template) -> OnHost:
     try:
         uid, gid = qemu_owner(conn.getCapabilities())
         pool = conn.storagePoolLookupByName(host.pool)
-        pool.refresh(0)
+        pools.refresh(pool)
 
         def up(src: Path, local: Path | None = None) -> str:
             name = volume_name(local or src)
@@ -160,7 +161,7 @@ def _record(host: str, tpl: templates.Template, names: list[str]) -> None:
 def listing(conn, pool_name: str) -> list[dict]:
     """The template volumes of a host's pool: [{"volume", "template", "bytes"}]."""
     pool = conn.storagePoolLookupByName(pool_name)
-    pool.refresh(0)
+    pools.refresh(pool)
     out = []
     for v in pool.listAllVolumes():
         if v.name().startswith(PREFIX):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
+from lab.host import pools
 from lab.providers import placement
 from lab.providers.base import STATE_DISK_SERIAL
 
@@ -50,7 +51,7 @@ def delete_volumes(cluster: str) -> list[str]:
     removed = []
     try:
         pool = conn.storagePoolLookupByName(host.pool)
-        pool.refresh(0)
+        pools.refresh(pool)
         for vol in pool.listAllVolumes():
             if is_cluster_volume(cluster, vol.name()):
                 vol.delete(0)

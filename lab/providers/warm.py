@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from lab import paths
-from lab.host import kvm, libvirtd
+from lab.host import kvm, libvirtd, pools
 from lab.providers import fork, hosttemplates, placement, roletemplates, templates
 from lab.providers.base import ClusterNet, LaunchError, MachineSpec, Observed, Start
 from lab.workspace import ClusterDir
@@ -290,7 +290,7 @@ def _refresh_pool(conn, pool: str) -> None:
     import libvirt
 
     try:
-        conn.storagePoolLookupByName(pool).refresh(0)
+        pools.refresh(conn.storagePoolLookupByName(pool))
     except libvirt.libvirtError as e:
         log.warning("storage pool %s not refreshed: %s", pool, e.get_error_message())
 
@@ -305,7 +305,7 @@ def _state_disk_exists(cluster: str, name: str) -> bool:
     conn = host.connect()
     try:
         pool = conn.storagePoolLookupByName(host.pool)
-        pool.refresh(0)
+        pools.refresh(pool)
         pool.storageVolLookupByName(name)
         return True
     except libvirt.libvirtError:

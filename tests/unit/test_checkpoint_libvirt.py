@@ -110,6 +110,10 @@ def fake(tmp_path, lab_home, monkeypatch):
     monkeypatch.setattr(paths, "libvirt_dir", lambda: tmp_path / "libvirt")
     monkeypatch.setattr(checkpoint.placement, "host_of", lambda c: Here(lab))
     monkeypatch.setattr(network, "add_host", lambda c, mac, name, addr: lab.hosts.append(name))
+    from lab.providers import kept
+
+    lab.dropped = []
+    monkeypatch.setattr(kept, "drop", lambda cluster, address: lab.dropped.append((cluster, address)))
     (ClusterDir("demo").root / ".vagrant" / "machines" / "demo-compute-2").mkdir(parents=True)
     lab.pool = pool
     return lab
@@ -160,6 +164,7 @@ def test_restore_removes_the_added_brings_back_the_removed_with_disks_and_addres
     assert (fake.pool / "demo-compute-1.img").read_bytes().startswith(b"demo-compute-1")
     assert (fake.pool / "demo-compute-2.img").read_bytes().startswith(b"demo-compute-2")
     assert (machines / "demo-compute-2").is_dir() and fake.hosts == ["demo-compute-2"]
+    assert fake.dropped == [("demo", "10.0.0.3")]  # its kept ssh connection ended: its TCP state died
     with pytest.raises(CheckpointError, match="has no checkpoint 'two' \\(its checkpoints: one\\)"):
         checkpoint.restore("demo", "two")
     assert checkpoint.delete_all("demo") == ["checkpoint one"] and checkpoint.summaries("demo") == []

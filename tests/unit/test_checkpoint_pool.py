@@ -196,6 +196,9 @@ def far(tmp_path, lab_home, monkeypatch):
     monkeypatch.setattr(paths, "libvirt_dir", lambda: here)
     monkeypatch.setattr(checkpoint.placement, "host_of", lambda c: lab.host)
     monkeypatch.setattr(network, "add_host", lambda *a: None)
+    from lab.providers import kept
+
+    monkeypatch.setattr(kept, "drop", lambda cluster, address: None)
     from lab.host import registry
 
     monkeypatch.setattr(registry, "get", lambda name: lab.host)
