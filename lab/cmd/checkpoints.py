@@ -38,7 +38,7 @@ def _wait(name: str, op_id: str, verb: str, output: Output, timeout: float = 180
         if now != shown:
             say(now)
             shown = now
-        time.sleep(1)
+        time.sleep(0.25)  # a restore takes seconds: a poll a second added up to one of them
     raise LabError(f"the {verb} did not finish within {timeout:.0f} s", f"slurmlab list-cluster-events {name}")
 
 

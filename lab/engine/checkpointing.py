@@ -4,8 +4,8 @@ else for it (the VMs vanish for seconds while libvirt saves them, which the plan
 lost VMs) and starts it once no other task of the cluster is in flight.
 
 A checkpoint keeps the engine's record of the cluster (its row, groups and nodes) with the provider's
-VMs, so that after a restore the engine, the VMs and Slurm agree; the configurer then sets every
-guest's clock to now.
+VMs, so that after a restore the engine, the VMs and Slurm agree; every guest's clock is then set to
+now, by the provider through the guest agents (`clocks_missed` empty), else by the configurer over ssh.
 """
 
 from __future__ import annotations
@@ -77,10 +77,12 @@ class CheckpointRunner:
                 put_record(self.store, name, out["record"])
                 self.rec.dirty.add(name)  # the Vagrantfile follows the restored nodes
                 conf, off = self.io.configurer_for(c), {}
-                if conf is not None:
+                by_agents = out.get("clocks_missed") == []  # every guest agent set its clock (the provider's)
+                if conf is not None and not by_agents:
                     cc, groups, nodes = self.store.snapshot(name)
                     off = await conf.set_clocks_async(conf.context(cc, groups, nodes)) or {}
                 msg = (f"checkpoint {tag} restored in {out['timings'].get('total', 0)} s; clocks set"
+                       + (" by the guest agents" if by_agents else "")
                        + (f" except on {', '.join(f'{k} ({v})' for k, v in sorted(off.items()))}" if off else "")
                        + (" (simulated)" if out.get("simulated") else ""))
         except Exception as e:  # noqa: BLE001 - CheckpointError and the provider's others: the operation says why

@@ -110,7 +110,10 @@ def fake(tmp_path, lab_home, monkeypatch):
     monkeypatch.setattr(paths, "libvirt_dir", lambda: tmp_path / "libvirt")
     monkeypatch.setattr(checkpoint.placement, "host_of", lambda c: Here(lab))
     monkeypatch.setattr(network, "add_host", lambda c, mac, name, addr: lab.hosts.append(name))
-    from lab.providers import kept
+    from lab.providers import agent, kept
+
+    lab.clocks = []
+    monkeypatch.setattr(agent, "set_time", lambda dom: lab.clocks.append(dom.name()))
 
     lab.dropped = []
     monkeypatch.setattr(kept, "drop", lambda cluster, address: lab.dropped.append((cluster, address)))
@@ -164,6 +167,7 @@ def test_restore_removes_the_added_brings_back_the_removed_with_disks_and_addres
     assert (fake.pool / "demo-compute-1.img").read_bytes().startswith(b"demo-compute-1")
     assert (fake.pool / "demo-compute-2.img").read_bytes().startswith(b"demo-compute-2")
     assert (machines / "demo-compute-2").is_dir() and fake.hosts == ["demo-compute-2"]
+    assert out["clocks_missed"] == [] and sorted(fake.clocks) == sorted(fake.doms)  # by the guest agents
     assert fake.dropped == [("demo", "10.0.0.3")]  # its kept ssh connection ended: its TCP state died
     with pytest.raises(CheckpointError, match="has no checkpoint 'two' \\(its checkpoints: one\\)"):
         checkpoint.restore("demo", "two")

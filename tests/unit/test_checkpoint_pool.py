@@ -196,7 +196,10 @@ def far(tmp_path, lab_home, monkeypatch):
     monkeypatch.setattr(paths, "libvirt_dir", lambda: here)
     monkeypatch.setattr(checkpoint.placement, "host_of", lambda c: lab.host)
     monkeypatch.setattr(network, "add_host", lambda *a: None)
-    from lab.providers import kept
+    from lab.providers import agent, kept
+
+    lab.clocks = []
+    monkeypatch.setattr(agent, "set_time", lambda dom: lab.clocks.append(dom.name()))
 
     monkeypatch.setattr(kept, "drop", lambda cluster, address: None)
     from lab.host import registry

@@ -134,3 +134,26 @@ def test_a_node_whose_clock_could_not_be_set_is_named(tmp_path, lab_home):
         await lab.finish()
 
     asyncio.run(go())
+
+
+@pytest.mark.parametrize("missed", [[], ["demo-compute-1"]])
+def test_clocks_the_guest_agents_set_are_not_set_again_over_ssh(tmp_path, lab_home, missed):
+    """A provider whose restore set every clock through the guest agents (`clocks_missed` empty) spares the
+    configurer's ssh round; one agent that did not answer and the configurer sets them all."""
+    async def go():
+        lab = await _with_checkpoint(tmp_path, "one")
+        restore = lab.prov.restore_async
+
+        async def by_agents(cluster, tag):
+            return {**await restore(cluster, tag), "clocks_missed": missed}
+
+        lab.prov.restore_async = by_agents
+        lab.conf.calls.clear()
+        _ask(lab, "one", RESTORE)
+        op = await _done(lab, RESTORE)
+        assert op.status == "Completed"
+        assert (("set_clocks",) in lab.conf.calls) == bool(missed), lab.conf.calls
+        assert ("clocks set by the guest agents" in op.message) == (not missed), op.message
+        await lab.finish()
+
+    asyncio.run(go())
