@@ -18,6 +18,8 @@ from lab.workspace import ClusterDir
 
 
 class Dom:
+    cluster = "demo"
+
     def __init__(self, lab, name, disk):
         self.lab, self._name, self.disk = lab, name, disk
         self.state = "running"
@@ -26,7 +28,7 @@ class Dom:
         return self._name
 
     def XMLDesc(self, flags=0):
-        return (f"<domain><name>{self._name}</name><description>slurmlab cluster=demo</description><devices>"
+        return (f"<domain><name>{self._name}</name><description>slurmlab cluster={self.cluster}</description><devices>"
                 f"<disk device='disk'><source file='{self.disk}'/></disk></devices></domain>")
 
     def isActive(self):
@@ -59,6 +61,8 @@ class Dom:
 
 
 class Conn:
+    dom_class = Dom
+
     def __init__(self, lab):
         self.lab = lab
 
@@ -76,7 +80,7 @@ class Conn:
     def defineXML(self, xml):
         name = xml.split("<name>")[1].split("<")[0]
         disk = xml.split("file='")[1].split("'")[0]
-        self.lab.doms.setdefault(name, Dom(self.lab, name, disk)).state = "off"
+        self.lab.doms.setdefault(name, self.dom_class(self.lab, name, disk)).state = "off"
 
     def close(self):
         pass

@@ -18,6 +18,7 @@ from lab import paths
 from lab.providers import checkpoint, network, state_disk
 from lab.providers.base import CheckpointError
 from lab.workspace import ClusterDir
+from tests.unit import test_checkpoint_libvirt as virt
 
 CAPS = ("<capabilities><host><secmodel><model>dac</model><baselabel type='qemu'>+64055:+994</baselabel>"
         "</secmodel></host></capabilities>")
@@ -95,59 +96,21 @@ class Pool:
         return Vol(self.dir / name)
 
 
-class Dom:
-    def __init__(self, lab, name, disk):
-        self.lab, self._name, self.disk, self.state = lab, name, disk, "running"
-
-    def name(self):
-        return self._name
-
-    def XMLDesc(self, flags=0):
-        return (f"<domain><name>{self._name}</name><description>slurmlab cluster=far</description><devices>"
-                f"<disk device='disk'><source file='{self.disk}'/></disk></devices></domain>")
-
-    def isActive(self):
-        return self.state != "off"
-
-    def info(self):
-        return [libvirt.VIR_DOMAIN_PAUSED if self.state == "paused" else libvirt.VIR_DOMAIN_RUNNING, 0, 1024, 1, 0]
-
-    def suspend(self):
-        self.state = "paused"
-
-    def resume(self):
-        self.state = "running"
+class Dom(virt.Dom):
+    cluster = "far"
 
     def saveFlags(self, path, dxml, flags):
         self.lab.saved_to.append(path)
         Path(path).write_text(self._name)
         self.state = "off"
 
-    def destroyFlags(self, flags=0):
-        self.state = "off"
 
-    def undefineFlags(self, flags=0):
-        self.lab.doms.pop(self._name)
-
-
-class Conn:
-    def __init__(self, lab):
-        self.lab = lab
-
-    def listAllDomains(self):
-        return list(self.lab.doms.values())
-
-    def lookupByName(self, name):
-        return self.lab.doms[name]
+class Conn(virt.Conn):
+    dom_class = Dom
 
     def restoreFlags(self, path, dxml, flags):
         self.lab.restored_from.append(path)
         self.lab.doms[Path(path).read_text()].state = "paused"
-
-    def defineXML(self, xml):
-        name = xml.split("<name>")[1].split("<")[0]
-        disk = xml.split("file='")[1].split("'")[0]
-        self.lab.doms.setdefault(name, Dom(self.lab, name, disk)).state = "off"
 
     def storagePoolLookupByName(self, name):
         return Pool(self.lab.pool)
@@ -185,7 +148,7 @@ def far(tmp_path, lab_home, monkeypatch):
         pass
 
     lab = Lab()
-    lab.doms, lab.saved_to, lab.restored_from, lab.silent = {}, [], [], False
+    lab.doms, lab.saved_to, lab.restored_from, lab.silent, lab.log = {}, [], [], False, []
     lab.pool = tmp_path / "host-pool"
     lab.pool.mkdir()
     for n in ("far-controller-1", "far-compute-1"):
