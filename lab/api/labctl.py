@@ -154,14 +154,12 @@ def state(lab: operations.Lab) -> dict:
 def checkpoints_of(lab: operations.Lab, name: str) -> list[dict]:
     from lab.control import checkpoints
     from lab.errors import LabError
-    from lab.osutil import iso
 
     try:
         rows = checkpoints.listing(lab.store, name)
     except LabError as e:
         raise ApiError("ResourceNotFound", f"ClusterName: {e.message}") from None
-    return [{"Tag": r["tag"], "CreationTime": iso(r["created"]), "SizeBytes": r["size"], "Nodes": r["nodes"],
-             **({"Simulated": True} if r.get("simulated") else {})} for r in rows]
+    return [checkpoints.as_json(r) for r in rows]
 
 
 def extension_of(lab: operations.Lab, name: str) -> dict | None:

@@ -78,10 +78,7 @@ def listing(name: str, output: Output = OutputOpt) -> None:
 
     rows = checkpoints.listing(store(), name)
     if output == Output.json:
-        print_json({"Checkpoints": [{"Tag": r["tag"], "CreationTime": iso(r["created"]), "SizeBytes": r["size"],
-                                     "Nodes": r["nodes"], "Host": r.get("host", "local"),
-                                     **({"Simulated": True} if r.get("simulated") else {})}
-                                    for r in rows]})
+        print_json({"Checkpoints": [checkpoints.as_json(r) for r in rows]})
         return
     for r in rows:
         out.print(f"{r['tag']:<20} {iso(r['created'])}  {_mib(r['size']):>9}  {len(r['nodes'])} VM(s)  host {r.get('host', 'local')}"

@@ -72,6 +72,14 @@ def listing(st: Store, name: str) -> list[dict]:
     return _provider(get(st, name)).checkpoints(name)
 
 
+def as_json(r: dict) -> dict:
+    """One checkpoint of listing() as the CLI's --output json and GET /_lab/checkpoints show it."""
+    from lab.osutil import iso
+
+    return {"Tag": r["tag"], "CreationTime": iso(r["created"]), "SizeBytes": r["size"], "Nodes": r["nodes"],
+            "Host": r.get("host", "local"), **({"Simulated": True} if r.get("simulated") else {})}
+
+
 def delete(st: Store, name: str, tag: str) -> None:
     """Remove one checkpoint; refused while a checkpoint or restore of the cluster is under way."""
     c = get(st, name)

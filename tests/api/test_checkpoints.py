@@ -35,6 +35,7 @@ def test_checkpoint_scale_in_restore_through_the_lab_api(live_api):
     status, listed = api.get("/_lab/checkpoints?ClusterName=demo")
     assert status == 200 and [k["Tag"] for k in listed["Checkpoints"]] == ["step-1"], listed
     assert listed["Checkpoints"][0]["Simulated"] is True and sorted(listed["Checkpoints"][0]["Nodes"]) == sorted(before)
+    assert listed["Checkpoints"][0]["Host"] == "local", listed
     status, state = api.get("/_lab/state")
     assert [k["Tag"] for k in state["Clusters"][0]["Checkpoints"]] == ["step-1"]
 
