@@ -116,8 +116,9 @@ def take(cluster: str, tag: str, record: dict) -> dict:
             xml = d.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE | libvirt.VIR_DOMAIN_XML_SECURE)
             meta["domains"][d.name()] = {"xml": xml, "disks": _disks(xml), "active": d.isActive()}
             if d.isActive():
-                d.saveFlags(keep.memory(d.name()), None, libvirt.VIR_DOMAIN_SAVE_PAUSED)
-                saved[d.name()] = keep.memory(d.name())
+                mem = keep.memory(d.name())
+                d.saveFlags(mem, None, libvirt.VIR_DOMAIN_SAVE_PAUSED)
+                saved[d.name()] = mem
         t_saved = time.monotonic()
         for info in meta["domains"].values():
             for path in info["disks"]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+from functools import cached_property
 from pathlib import Path
 
 from lab.host import pools
@@ -101,7 +102,9 @@ class Pool:
     def _pool(self):
         return self.conn.storagePoolLookupByName(self.host.pool)
 
+    @cached_property
     def _dir(self) -> str:
+        """The pool's folder on the host (asked once: every domain's memory path is in it)."""
         import xml.etree.ElementTree as ET
 
         return ET.fromstring(self._pool().XMLDesc(0)).findtext("target/path")
@@ -118,7 +121,7 @@ class Pool:
         return self.conn.storageVolLookupByPath(path).info()[2]
 
     def memory(self, domain: str) -> str:
-        return f"{self._dir()}/{volume_prefix(self.cluster, self.tag)}{domain}.mem"
+        return f"{self._dir}/{volume_prefix(self.cluster, self.tag)}{domain}.mem"
 
     def keep_disk(self, path: str) -> None:
         vol = self.conn.storageVolLookupByPath(path)
@@ -133,13 +136,14 @@ class Pool:
         from lab.host.caps import qemu_owner
 
         src = self.dest / "disks" / Path(path).name
-        self.drop_disk(path)
+        size = src.stat().st_size
         pool = self._pool()
         pools.refresh(pool)
-        vol, _ = volstream.kept_or_new(pool, Path(path).name, src.stat().st_size, qemu_owner(self.conn.getCapabilities()),
-                                       0o600, lambda v: False)
+        # holds nothing: the volume of that name now (the disk as the VM left it) is deleted first
+        vol, _ = volstream.kept_or_new(pool, Path(path).name, size, qemu_owner(self.conn.getCapabilities()), 0o600,
+                                       lambda v: False)
         with open(src, "rb") as f:
-            volstream.send_file(self.conn, vol, 0, src.stat().st_size, f)
+            volstream.send_file(self.conn, vol, 0, size, f)
 
     def drop_disk(self, path: str) -> None:
         import libvirt
